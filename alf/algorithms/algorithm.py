@@ -1,0 +1,89 @@
+"""`Algorithm`: an `nn.Module` that owns its networks, optimizers and loss."""
+from typing import Dict, List, Optional
+
+import torch
+from torch import nn
+
+from alf.data_structures import AlgStep, LossInfo
+
+
+class Algorithm(nn.Module):
+    """Base class of everything that acts or learns.
+
+    Subclasses implement the steps they need:
+
+    * `predict_step`: act for evaluation (usually deterministic);
+    * `rollout_step`: act while collecting experience (usually sampling);
+    * `train_step` + `calc_loss`: recompute what the loss needs on a batch of
+      stored experience, then the loss;
+    * `update_with_gradient`: one optimizer step on a `LossInfo`.
+
+    An algorithm's replay buffer, if any, is a submodule; its optimizers are
+    registered with `add_optimizer` so that checkpoints include them.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._optimizers: List[torch.optim.Optimizer] = []
+
+    def add_optimizer(self, optimizer: torch.optim.Optimizer
+                      ) -> torch.optim.Optimizer:
+        """Registers ``optimizer`` for `update_with_gradient` and checkpoints."""
+        self._optimizers.append(optimizer)
+        return optimizer
+
+    def predict_step(self, observation) -> AlgStep:
+        """Acts for evaluation; ``output`` is the action batch."""
+        raise NotImplementedError
+
+    def rollout_step(self, observation) -> AlgStep:
+        """Acts while collecting; ``info`` is stored with the transition."""
+        raise NotImplementedError
+
+    def train_step(self, batch) -> AlgStep:
+        """Recomputes, with gradients, what `calc_loss` needs for ``batch``."""
+        raise NotImplementedError
+
+    def calc_loss(self, batch, train_info) -> LossInfo:
+        """Computes the loss of ``batch`` from `train_step`'s ``info``."""
+        raise NotImplementedError
+
+    def update_with_gradient(self, loss_info: LossInfo,
+                             max_grad_norm: Optional[float] = None
+                             ) -> torch.Tensor:
+        """Backpropagates ``loss_info.loss`` and steps every optimizer.
+
+        Returns:
+            The gradient norm before clipping (0 without ``max_grad_norm``).
+        """
+        for opt in self._optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss_info.loss.backward()
+        norm = torch.zeros(())
+        if max_grad_norm is not None:
+            params = [p for g in self._param_groups() for p in g["params"]]
+            norm = nn.utils.clip_grad_norm_(params, max_grad_norm,
+                                            foreach=True)
+        for opt in self._optimizers:
+            opt.step()
+        return norm
+
+    def _param_groups(self):
+        return [g for opt in self._optimizers for g in opt.param_groups]
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Sets the learning rate of every optimizer's parameter groups."""
+        for g in self._param_groups():
+            g["lr"] = lr
+
+    def optimizer_state_dict(self) -> List[Dict]:
+        """The state of every registered optimizer, in registration order."""
+        return [opt.state_dict() for opt in self._optimizers]
+
+    def load_optimizer_state_dict(self, states: List[Dict]) -> None:
+        """Restores what `optimizer_state_dict` returned."""
+        if len(states) != len(self._optimizers):
+            raise ValueError(f"checkpoint has {len(states)} optimizer states; "
+                             f"this algorithm has {len(self._optimizers)}")
+        for opt, state in zip(self._optimizers, states):
+            opt.load_state_dict(state)

@@ -1,0 +1,222 @@
+"""Proximal Policy Optimization (clipped surrogate, GAE), readable top to bottom.
+
+Shapes: T = unroll length, B = environments (per rank), N = T * B, M =
+minibatch size. One `train_on_unroll`:
+
+1. values V(s) and V(s') of the whole unroll [T, B] with the pre-update
+   networks, GAE advantages and lambda-returns [T, B];
+2. ``num_epochs`` passes over N transitions in shuffled minibatches of M; each
+   minibatch is one `minibatch_loss` (the only parameter-dependent method, the
+   one distributed training wraps) and one optimizer step.
+"""
+from typing import Callable, NamedTuple, Optional
+
+import gin
+import torch
+
+from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
+from alf.data_structures import AlgStep, Experience, LossInfo
+from alf.networks.actor import ActorDistributionNetwork, mode
+from alf.networks.value import ValueNetwork
+from alf.replay_buffers import iterate_minibatches
+from alf.utils import distributed
+from alf.utils.errors import TrainingError
+from alf.utils.value_ops import generalized_advantage_estimation
+
+
+class PPOBatch(NamedTuple):
+    """What one PPO minibatch holds; every field has leading dim [M]."""
+
+    observation: torch.Tensor
+    action: torch.Tensor
+    log_prob: torch.Tensor  # log pi_old(a|s) at collection time
+    value: torch.Tensor  # V_old(s)
+    advantage: torch.Tensor
+    returns: torch.Tensor  # lambda-return: value target
+
+
+class PPOTrainInfo(NamedTuple):
+    """`PPOAlgorithm.train_step`'s output, with gradients."""
+
+    log_prob: torch.Tensor
+    entropy: torch.Tensor
+    value: torch.Tensor
+
+
+def scheduled(value: float, schedule: str, progress: float) -> float:
+    """``value`` at ``progress`` in [0, 1] under a ``constant``/``linear`` decay."""
+    if schedule == "constant":
+        return value
+    if schedule == "linear":
+        return value * max(1.0 - progress, 0.0)
+    raise ValueError(f"unknown schedule {schedule!r}; valid: constant, linear")
+
+
+@gin.configurable
+class PPOAlgorithm(OnPolicyAlgorithm):
+    """PPO with GAE, clipped surrogate, optional value clipping.
+
+    Args:
+        observation_space, action_space, config: see `RLAlgorithm`; uses
+            ``config.mini_batch_size`` and ``config.num_updates_per_train_iter``
+            (epochs).
+        actor_network_ctor: ``(observation_space, action_space) -> module``
+            returning an action distribution.
+        value_network_ctor: ``(observation_space) -> module`` returning [B].
+        learning_rate: Adam's learning rate (at progress 0).
+        lr_schedule: ``constant`` or ``linear`` (to 0 at the end of training).
+        adam_eps: Adam's epsilon.
+        gamma: discount.
+        gae_lambda: GAE lambda.
+        clip_ratio: PPO's epsilon for the probability ratio.
+        clip_schedule: ``constant`` or ``linear``.
+        value_clip: if set, clip the value change to this (PPO2-style).
+        value_loss_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        max_grad_norm: clip the global gradient norm (None: no clipping).
+        normalize_advantages: standardise advantages per minibatch.
+        target_kl: stop the epochs of an iteration early once a minibatch's
+            approximate KL exceeds ``1.5 * target_kl`` (None: never).
+        normalize_observations: running observation normalisation.
+    """
+
+    def __init__(self, observation_space, action_space, config,
+                 actor_network_ctor: Callable = ActorDistributionNetwork,
+                 value_network_ctor: Callable = ValueNetwork,
+                 learning_rate: float = 3e-4, lr_schedule: str = "constant",
+                 adam_eps: float = 1e-5, gamma: float = 0.99,
+                 gae_lambda: float = 0.95, clip_ratio: float = 0.2,
+                 clip_schedule: str = "constant",
+                 value_clip: Optional[float] = None,
+                 value_loss_coef: float = 0.5, entropy_coef: float = 0.0,
+                 max_grad_norm: Optional[float] = 0.5,
+                 normalize_advantages: bool = True,
+                 target_kl: Optional[float] = None,
+                 normalize_observations: bool = False):
+        super().__init__(observation_space, action_space, config,
+                         normalize_observations=normalize_observations)
+        scheduled(0.0, lr_schedule, 0.0)  # validate the names early
+        scheduled(0.0, clip_schedule, 0.0)
+        self.actor = actor_network_ctor(observation_space, action_space)
+        self.value_net = value_network_ctor(observation_space)
+        self.add_optimizer(
+            torch.optim.Adam(self.parameters(), lr=learning_rate,
+                             eps=adam_eps))
+        self._lr, self._lr_schedule = learning_rate, lr_schedule
+        self._clip, self._clip_schedule = clip_ratio, clip_schedule
+        self._clip_now = clip_ratio
+        self._gamma, self._lambda = gamma, gae_lambda
+        self._value_clip = value_clip
+        self._vf_coef, self._ent_coef = value_loss_coef, entropy_coef
+        self._max_grad_norm = max_grad_norm
+        self._normalize_adv = normalize_advantages
+        self._target_kl = target_kl
+        self._num_epochs = config.num_updates_per_train_iter
+        self._mini_batch_size = config.mini_batch_size
+
+    # ---- acting -------------------------------------------------------
+    def predict_step(self, observation) -> AlgStep:
+        return AlgStep(output=mode(self.actor(observation)))
+
+    def rollout_step(self, observation) -> AlgStep:
+        dist = self.actor(observation)
+        action = dist.sample()
+        return AlgStep(output=action, info=dist.log_prob(action))
+
+    # ---- training -----------------------------------------------------
+    def train_on_unroll(self, exp: Experience, progress: float):
+        self.set_learning_rate(scheduled(self._lr, self._lr_schedule,
+                                         progress))
+        self._clip_now = scheduled(self._clip, self._clip_schedule, progress)
+        batch = self._prepare_batch(exp)
+
+        stats = []
+        for _ in range(self._num_epochs):
+            for mb in iterate_minibatches(batch, self._mini_batch_size):
+                loss_info = self.minibatch_loss(mb)
+                grad_norm = self.update_with_gradient(loss_info,
+                                                      self._max_grad_norm)
+                extra = loss_info.extra
+                stats.append(torch.stack([
+                    loss_info.loss.detach(), extra["policy_loss"],
+                    extra["value_loss"], extra["entropy"],
+                    extra["approx_kl"], extra["clip_fraction"], grad_norm]))
+                if self._kl_exceeded(extra["approx_kl"]):
+                    break
+            else:
+                continue
+            break
+        return self._summarize(torch.stack(stats).mean(0), batch)
+
+    @torch.no_grad()
+    def _prepare_batch(self, exp: Experience) -> PPOBatch:
+        """Flattens one unroll [T, B] into N transitions with advantages."""
+        t, b = exp.reward.shape
+        both = torch.cat([exp.observation, exp.next_observation])
+        values, next_values = self.value_net(both.flatten(0, 1)).view(
+            2, t, b).unbind(0)
+        adv = generalized_advantage_estimation(
+            exp.reward, values, next_values, exp.terminated, exp.truncated,
+            self._gamma, self._lambda)
+        flat = lambda x: x.flatten(0, 1)
+        return PPOBatch(flat(exp.observation), flat(exp.action),
+                        flat(exp.rollout_info), flat(values), flat(adv),
+                        flat(adv + values))
+
+    def minibatch_loss(self, mb: PPOBatch) -> LossInfo:
+        """The PPO loss of one minibatch (train_step, then calc_loss)."""
+        return self.calc_loss(mb, self.train_step(mb).info)
+
+    def train_step(self, mb: PPOBatch) -> AlgStep:
+        dist = self.actor(mb.observation)
+        return AlgStep(info=PPOTrainInfo(dist.log_prob(mb.action),
+                                         dist.entropy(),
+                                         self.value_net(mb.observation)))
+
+    def calc_loss(self, mb: PPOBatch, info: PPOTrainInfo) -> LossInfo:
+        adv = mb.advantage
+        if self._normalize_adv:
+            adv = distributed.standardize(adv)
+        log_ratio = info.log_prob - mb.log_prob
+        ratio = log_ratio.exp()
+        clip = self._clip_now
+        policy_loss = -torch.min(ratio * adv,
+                                 ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+
+        value_err = (info.value - mb.returns).square()
+        if self._value_clip is not None:
+            clipped = mb.value + (info.value - mb.value).clamp(
+                -self._value_clip, self._value_clip)
+            value_err = torch.max(value_err, (clipped - mb.returns).square())
+        value_loss = 0.5 * value_err.mean()
+        entropy = info.entropy.mean()
+        loss = (policy_loss + self._vf_coef * value_loss -
+                self._ent_coef * entropy)
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+            clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+        return LossInfo(loss, dict(policy_loss=policy_loss.detach(),
+                                   value_loss=value_loss.detach(),
+                                   entropy=entropy.detach(),
+                                   approx_kl=approx_kl,
+                                   clip_fraction=clip_fraction))
+
+    def _kl_exceeded(self, approx_kl: torch.Tensor) -> bool:
+        # A control-flow decision: every rank must take the same one.
+        if self._target_kl is None:
+            return False
+        kl = distributed.all_reduce_mean(approx_kl.clone())
+        return bool(kl > 1.5 * self._target_kl)
+
+    def _summarize(self, means: torch.Tensor, batch: PPOBatch):
+        if not torch.isfinite(means[0]):
+            raise TrainingError("non-finite PPO loss")
+        names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl",
+                 "clip_fraction", "grad_norm")
+        out = dict(zip(names, means.unbind(0)))
+        returns, values = batch.returns, batch.value
+        out["explained_variance"] = 1 - (returns - values).var() / (
+            returns.var() + 1e-8)
+        out["learning_rate"] = torch.tensor(self._param_groups()[0]["lr"])
+        out["clip_ratio"] = torch.tensor(self._clip_now)
+        return out

@@ -1,0 +1,100 @@
+"""RL algorithm bases: observation normalisation and on-policy training."""
+from typing import Dict
+
+import gymnasium as gym
+import torch
+
+from alf.algorithms.algorithm import Algorithm
+from alf.data_structures import Experience
+from alf.replay_buffers import ReplayBuffer
+from alf.utils.normalizer import RunningNormalizer
+
+
+class RLAlgorithm(Algorithm):
+    """An algorithm that interacts with an environment.
+
+    The trainer calls, for every environment step, `observe` then
+    `rollout_step`, stores the transition with `store`, and after each unroll
+    calls `train_iter`.
+
+    Args:
+        observation_space: one environment's observation space.
+        action_space: one environment's action space.
+        config: the trainer's (per-rank) `TrainerConfig`.
+        normalize_observations: keep running statistics of (Box)
+            observations and normalise them before the networks see them.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space,
+                 config, normalize_observations: bool = False):
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.config = config
+        self.observation_normalizer = None
+        if normalize_observations:
+            self.observation_normalizer = RunningNormalizer(
+                observation_space.shape)
+
+    def observe(self, observation: torch.Tensor, update: bool = True):
+        """Normalises a raw observation batch (identity without normaliser).
+
+        Args:
+            observation: raw observations [B, ...].
+            update: count them in the normaliser's pending statistics,
+                committed at the next `train_iter` (so one unroll is
+                normalised with one set of statistics).
+        """
+        norm = self.observation_normalizer
+        if norm is None:
+            return observation
+        if update:
+            norm.accumulate(observation)
+        return norm.normalize(observation)
+
+    def store(self, exp: Experience) -> None:
+        """Stores one batched transition."""
+        raise NotImplementedError
+
+    def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
+        """Trains on the stored experience.
+
+        Args:
+            progress: fraction of the training budget used, in [0, 1], for
+                schedules.
+
+        Returns:
+            Scalar tensors to summarise, by name.
+        """
+        raise NotImplementedError
+
+    def _commit_normalizer(self):
+        if self.observation_normalizer is not None:
+            self.observation_normalizer.commit()
+
+
+class OnPolicyAlgorithm(RLAlgorithm):
+    """Trains on exactly the last unroll, then discards it.
+
+    Holds a `ReplayBuffer` of ``unroll_length`` steps for ``num_envs`` streams
+    (per-rank values from ``config``).
+    """
+
+    def __init__(self, observation_space, action_space, config, **kwargs):
+        super().__init__(observation_space, action_space, config, **kwargs)
+        self.replay_buffer = ReplayBuffer(config.unroll_length,
+                                          config.num_envs)
+
+    def store(self, exp: Experience) -> None:
+        self.replay_buffer.add_batch(exp)
+
+    def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
+        self._commit_normalizer()
+        exp = self.replay_buffer.gather_all()
+        self.replay_buffer.clear()
+        return self.train_on_unroll(exp, progress)
+
+    def train_on_unroll(self, exp: Experience,
+                        progress: float) -> Dict[str, torch.Tensor]:
+        """Trains on one unroll: ``exp`` leaves have shape [T, B, ...]."""
+        raise NotImplementedError

@@ -1,0 +1,2 @@
+"""Environments: batched gymnasium environments returning torch tensors."""
+from alf.environments import suite_gym  # noqa: F401

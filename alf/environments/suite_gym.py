@@ -1,0 +1,165 @@
+"""Batched gymnasium environments that speak `TimeStep` and torch tensors.
+
+`load` builds a gymnasium vector environment in same-step autoreset mode: when
+an episode ends, ``step`` already returns the first observation of the next
+episode and reports the true last observation in ``final_observation``. So
+every step is a real transition (no wasted reset steps, unlike gymnasium's
+default next-step mode), and a time-limit truncation can bootstrap from the
+value of the observation that really ended the episode.
+"""
+import difflib
+from typing import Optional
+
+import gin
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from alf import nest
+from alf.data_structures import TimeStep
+from alf.utils.errors import AlfError
+
+__all__ = ["load", "BatchedEnvironment", "check_env_id"]
+
+
+def check_env_id(env_name: str) -> None:
+    """Raises `AlfError` naming close matches if ``env_name`` is unknown."""
+    if env_name in gym.registry:
+        return
+    close = difflib.get_close_matches(env_name, list(gym.registry), n=5)
+    hint = f"did you mean one of {close}?" if close else (
+        "see gymnasium.pprint_registry() for the registered ids")
+    raise AlfError(f"unknown environment id {env_name!r}; {hint}")
+
+
+def _to_tensor(x: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(x))
+    return t.float() if t.dtype == torch.float64 else t
+
+
+def _merge_final(obs, final_obs: np.ndarray, mask: np.ndarray):
+    """Observation batch with rows ``mask`` replaced by ``final_obs`` rows."""
+    idx = np.flatnonzero(mask)
+    if isinstance(obs, np.ndarray):
+        out = obs.copy()
+        out[idx] = np.stack([final_obs[i] for i in idx])
+        return out
+    # Nested observations (dict spaces): final_obs[i] is a nest for env i.
+    merged = nest.map_structure(np.copy, obs)
+    for i in idx:
+        nest.map_structure(lambda m, f: m.__setitem__(i, f), merged,
+                           final_obs[i])
+    return merged
+
+
+class BatchedEnvironment:
+    """A gymnasium vector env whose inputs and outputs are torch tensors.
+
+    Attributes:
+        num_envs: number of sub-environments (the batch size B).
+        observation_space: space of one sub-environment's observation.
+        action_space: space of one sub-environment's action.
+    """
+
+    def __init__(self, vec_env: gym.vector.VectorEnv, clip_action=True,
+                 seed: Optional[int] = None):
+        self._env = vec_env
+        self._first_seed = seed
+        self.num_envs = vec_env.num_envs
+        self.observation_space = vec_env.single_observation_space
+        self.action_space = vec_env.single_action_space
+        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        box = isinstance(self.action_space, gym.spaces.Box)
+        self._clip = (self.action_space.low, self.action_space.high) if (
+            box and clip_action) else None
+
+    def reset(self, seed: Optional[int] = None) -> TimeStep:
+        """Resets every sub-environment; env ``i`` gets seed ``seed + i``.
+
+        Without ``seed``, the first reset uses the seed given to `load` and
+        later ones continue the environments' own RNGs.
+        """
+        if seed is None:
+            seed, self._first_seed = self._first_seed, None
+        obs, _ = self._env.reset(seed=seed)
+        zeros = torch.zeros(self.num_envs)
+        false = torch.zeros(self.num_envs, dtype=torch.bool)
+        return TimeStep(self._obs(obs), zeros, false, false.clone())
+
+    def step(self, action: torch.Tensor) -> TimeStep:
+        """Steps every sub-environment with the batched ``action``."""
+        a = action.cpu().numpy()
+        if self._clip is not None:
+            a = np.clip(a, *self._clip)
+        obs, reward, terminated, truncated, info = self._env.step(a)
+        final = None
+        if "_final_obs" in info and info["_final_obs"].any():
+            final = self._obs(_merge_final(obs, info["final_obs"],
+                                           info["_final_obs"]))
+        return TimeStep(self._obs(obs),
+                        torch.from_numpy(reward.astype(np.float32)),
+                        torch.from_numpy(terminated),
+                        torch.from_numpy(truncated), final)
+
+    def _obs(self, obs):
+        if isinstance(obs, np.ndarray):
+            return _to_tensor(obs)
+        return nest.map_structure(_to_tensor, obs)
+
+    def close(self):
+        """Closes the sub-environments (and their subprocesses, if any)."""
+        self._env.close()
+
+
+@gin.configurable(module="suite_gym")
+def load(env_name: str,
+         num_envs: int = 1,
+         seed: Optional[int] = None,
+         asynchronous: bool = False,
+         max_episode_steps: Optional[int] = None,
+         env_kwargs: Optional[dict] = None,
+         wrappers: tuple = (),
+         clip_action: bool = True) -> BatchedEnvironment:
+    """Creates ``num_envs`` copies of a gymnasium environment, batched.
+
+    Args:
+        env_name: a registered gymnasium id, e.g. ``"CartPole-v1"``.
+        num_envs: number of sub-environments.
+        seed: if given, the first ``reset()`` seeds the environments with
+            ``seed, seed + 1, ...``; later resets continue their own RNGs.
+        asynchronous: run each sub-environment in its own (spawned) process;
+            worth it only for environments much slower than the policy.
+        max_episode_steps: overrides the registered time limit.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        wrappers: callables ``env -> env`` applied to each sub-environment.
+        clip_action: clip continuous actions to the action space's bounds.
+
+    Raises:
+        AlfError: if ``env_name`` is not a registered environment id.
+    """
+    check_env_id(env_name)
+    env_fns = [_EnvFn(env_name, max_episode_steps, env_kwargs or {},
+                      tuple(wrappers)) for _ in range(num_envs)]
+    kw = dict(autoreset_mode=AutoresetMode.SAME_STEP)
+    if asynchronous:
+        vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
+    else:
+        vec = SyncVectorEnv(env_fns, **kw)
+    return BatchedEnvironment(vec, clip_action=clip_action, seed=seed)
+
+
+class _EnvFn:
+    """A picklable environment constructor (async workers are spawned)."""
+
+    def __init__(self, env_name, max_episode_steps, env_kwargs, wrappers):
+        self.args = (env_name, max_episode_steps, env_kwargs, wrappers)
+
+    def __call__(self) -> gym.Env:
+        env_name, max_episode_steps, env_kwargs, wrappers = self.args
+        env = gym.make(env_name, max_episode_steps=max_episode_steps,
+                       disable_env_checker=True, **env_kwargs)
+        for w in wrappers:
+            env = w(env)
+        return env
+

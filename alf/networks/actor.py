@@ -1,0 +1,64 @@
+"""Actor networks producing action distributions (categorical or Gaussian)."""
+from typing import Sequence
+
+import gin
+import gymnasium as gym
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
+
+
+@gin.configurable
+class ActorDistributionNetwork(nn.Module):
+    """An MLP whose output parameterises a distribution over actions.
+
+    Discrete action spaces get a categorical distribution over logits; Box
+    action spaces get a diagonal Gaussian whose log standard deviation is a
+    state-independent parameter.
+
+    Args:
+        observation_space: a Box space (observations are flattened).
+        action_space: a Discrete or Box space.
+        hidden_sizes: widths of the hidden layers.
+        activation: activation name (see `EncodingNetwork`).
+        init_log_std: initial log standard deviation (Box actions).
+    """
+
+    def __init__(self, observation_space, action_space,
+                 hidden_sizes: Sequence[int] = (64, 64),
+                 activation: str = "tanh", init_log_std: float = 0.0):
+        super().__init__()
+        self.encoder = EncodingNetwork(flat_size(observation_space),
+                                       hidden_sizes, activation)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            out = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box):
+            out = flat_size(action_space)
+            self.log_std = nn.Parameter(torch.full((out,), init_log_std))
+        else:
+            raise ValueError(f"unsupported action space {action_space}; "
+                             "valid: Discrete or Box")
+        self.head = orthogonal_init(nn.Linear(self.encoder.output_size, out),
+                                    0.01)
+
+    def forward(self, observation: torch.Tensor) -> Distribution:
+        """Returns the action distribution for a batch of observations."""
+        return self.distribution(self.head(self.encoder(observation)))
+
+    def distribution(self, out: torch.Tensor) -> Distribution:
+        """The distribution given the head's output ``out`` of shape [B, A]."""
+        if self.discrete:
+            return Categorical(logits=out, validate_args=False)
+        std = self.log_std.exp().expand_as(out)
+        return Independent(Normal(out, std, validate_args=False), 1,
+                           validate_args=False)
+
+
+def mode(dist: Distribution) -> torch.Tensor:
+    """The most likely action of a categorical or Gaussian distribution."""
+    if isinstance(dist, Categorical):
+        return dist.logits.argmax(-1)
+    return dist.mean

@@ -1,0 +1,30 @@
+"""Value networks: state -> scalar value."""
+from typing import Sequence
+
+import gin
+import torch
+from torch import nn
+
+from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
+
+
+@gin.configurable
+class ValueNetwork(nn.Module):
+    """An MLP mapping an observation batch [B, ...] to values [B].
+
+    Args:
+        observation_space: a Box space (observations are flattened).
+        hidden_sizes: widths of the hidden layers.
+        activation: activation name (see `EncodingNetwork`).
+    """
+
+    def __init__(self, observation_space, hidden_sizes: Sequence[int] = (64, 64),
+                 activation: str = "tanh"):
+        super().__init__()
+        self.encoder = EncodingNetwork(flat_size(observation_space),
+                                       hidden_sizes, activation)
+        self.head = orthogonal_init(nn.Linear(self.encoder.output_size, 1), 1.0)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        """Returns values of shape [B]."""
+        return self.head(self.encoder(observation)).squeeze(-1)

@@ -1,0 +1,149 @@
+"""A ring buffer of batched transitions held in registered torch buffers.
+
+Storage is a set of tensors of shape [capacity, B, ...], one per leaf of the
+stored nest, registered as buffers of an `nn.Module`. Being buffers lets them
+follow ``.to(device)`` and, optionally, checkpoints; it is also exactly what
+distributed training must keep out of DDP's buffer broadcast (each rank holds
+its own experience).
+"""
+from typing import Any, Iterator, Optional
+
+import torch
+from torch import nn
+
+from alf import nest
+
+
+class ReplayBuffer(nn.Module):
+    """Stores ``B`` parallel streams of transitions, ``capacity`` steps each.
+
+    The storage is created on the first `add_batch` from the shapes and dtypes
+    of what is added.
+
+    Args:
+        capacity: number of time steps kept per stream (ring buffer).
+        batch_size: number of parallel streams ``B`` (environments).
+        include_in_checkpoint: whether the contents go into ``state_dict``.
+        device: where the storage lives.
+    """
+
+    def __init__(self, capacity: int, batch_size: int,
+                 include_in_checkpoint: bool = False,
+                 device: Optional[torch.device] = None):
+        super().__init__()
+        if capacity < 1 or batch_size < 1:
+            raise ValueError(f"capacity ({capacity}) and batch_size "
+                             f"({batch_size}) must be positive")
+        self.capacity = capacity
+        self.batch_size = batch_size
+        self._persistent = include_in_checkpoint
+        self._device = device
+        self._treespec = None
+        self._leaf_names = []
+        # Total number of add_batch calls, as a buffer so checkpoints keep it.
+        self.register_buffer("_num_added", torch.zeros((), dtype=torch.int64),
+                             persistent=include_in_checkpoint)
+        self._added = 0  # python mirror of _num_added: no .item() per step
+
+    def _build(self, batch) -> None:
+        leaves = nest.flatten(batch)
+        self._treespec = nest.structure(batch)
+        for i, leaf in enumerate(leaves):
+            if leaf.shape[:1] != (self.batch_size,):
+                raise ValueError(
+                    f"add_batch: leaf {i} has shape {tuple(leaf.shape)}; its "
+                    f"first dim must be batch_size={self.batch_size}")
+            name = f"_storage_{i}"
+            self.register_buffer(
+                name, torch.zeros((self.capacity, ) + tuple(leaf.shape),
+                                  dtype=leaf.dtype,
+                                  device=self._device or leaf.device),
+                persistent=self._persistent)
+            self._leaf_names.append(name)
+
+    def _storage(self):
+        return [getattr(self, n) for n in self._leaf_names]
+
+    @property
+    def num_steps(self) -> int:
+        """Number of time steps currently stored per stream."""
+        return min(self._added, self.capacity)
+
+    def __len__(self) -> int:
+        """Number of transitions stored (time steps x streams)."""
+        return self.num_steps * self.batch_size
+
+    def add_batch(self, batch) -> None:
+        """Appends one time step: a nest whose leaves have shape [B, ...]."""
+        if self._treespec is None:
+            self._build(batch)
+        pos = self._added % self.capacity
+        for store, leaf in zip(self._storage(), nest.flatten(batch)):
+            store[pos].copy_(leaf)
+        self._added += 1
+        self._num_added.fill_(self._added)
+
+    def gather_all(self):
+        """Everything stored, oldest first: a nest of [num_steps, B, ...]."""
+        self._check_nonempty(1)
+        n = self.num_steps
+        start = self._added % self.capacity if self._added > self.capacity else 0
+        if start == 0:
+            leaves = [s[:n] for s in self._storage()]
+        else:
+            leaves = [torch.cat([s[start:], s[:start]]) for s in self._storage()]
+        return nest.unflatten(self._treespec, leaves)
+
+    def get_batch(self, batch_size: int,
+                  generator: Optional[torch.Generator] = None):
+        """Samples ``batch_size`` transitions uniformly with replacement.
+
+        Returns:
+            A nest of [batch_size, ...].
+        """
+        self._check_nonempty(1)
+        device = self._storage()[0].device
+        idx = torch.randint(len(self), (batch_size, ), generator=generator)
+        t, b = (idx // self.batch_size).to(device), (idx % self.batch_size).to(
+            device)
+        return nest.unflatten(self._treespec,
+                              [s[t, b] for s in self._storage()])
+
+    def clear(self) -> None:
+        """Forgets the contents (the storage is kept for reuse)."""
+        self._added = 0
+        self._num_added.zero_()
+
+    def _check_nonempty(self, n: int) -> None:
+        if len(self) < n:
+            raise ValueError(f"replay buffer holds {len(self)} transitions; "
+                             f"need at least {n}")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._added = int(self._num_added)
+
+    def extra_repr(self) -> str:
+        return (f"capacity={self.capacity}, batch_size={self.batch_size}, "
+                f"stored={self.num_steps}")
+
+
+def iterate_minibatches(batch, mini_batch_size: int,
+                        generator: Optional[torch.Generator] = None
+                        ) -> Iterator[Any]:
+    """Yields shuffled minibatches that cover ``batch`` once.
+
+    Args:
+        batch: a nest whose leaves share the leading dim ``N``.
+        mini_batch_size: rows per minibatch; the last one may be smaller
+            when it does not divide ``N``.
+        generator: the RNG for the permutation (a fresh one per call of
+            this function means a fresh shuffle per epoch).
+    """
+    leaves = nest.flatten(batch)
+    treespec = nest.structure(batch)
+    n = leaves[0].shape[0]
+    perm = torch.randperm(n, generator=generator)
+    for start in range(0, n, mini_batch_size):
+        idx = perm[start:start + mini_batch_size]
+        yield nest.unflatten(treespec, [x[idx] for x in leaves])

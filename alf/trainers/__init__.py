@@ -1,0 +1,3 @@
+"""Trainers: configuration, the training loop, evaluation, checkpoints."""
+from alf.trainers.trainer_config import TrainerConfig  # noqa: F401
+from alf.trainers.trainer import Trainer, TrainingInterrupted  # noqa: F401

@@ -1,0 +1,84 @@
+"""Deterministic evaluation episodes and the ``eval.csv`` log."""
+import csv
+import os
+from typing import Dict
+
+import torch
+
+from alf.algorithms.rl_algorithm import RLAlgorithm
+
+EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
+
+
+class Evaluator:
+    """Runs ``num_episodes`` episodes, one per environment, with the policy's
+    `predict_step`.
+
+    Evaluation never calls a collective, so in distributed training it runs
+    on rank 0 alone.
+
+    Args:
+        env: a `BatchedEnvironment` with ``num_episodes`` sub-environments.
+    """
+
+    def __init__(self, env):
+        self._env = env
+
+    @torch.inference_mode()
+    def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
+        """Plays one episode in each environment; returns the averages."""
+        n = self._env.num_envs
+        ts = self._env.reset()
+        returns = torch.zeros(n)
+        lengths = torch.zeros(n)
+        running = torch.ones(n, dtype=torch.bool)
+        while running.any():
+            obs = algorithm.observe(ts.observation, update=False)
+            ts = self._env.step(algorithm.predict_step(obs).output)
+            returns += ts.reward * running
+            lengths += running
+            running &= ~ts.done
+        return {"average_return": returns.mean().item(),
+                "average_episode_length": lengths.mean().item()}
+
+    def close(self):
+        """Closes the evaluation environments."""
+        self._env.close()
+
+
+def append_eval_csv(root_dir: str, env_steps: int,
+                    metrics: Dict[str, float]) -> None:
+    """Appends a row to ``ROOT_DIR/eval.csv`` (header written once).
+
+    The first columns are always `EVAL_CSV_COLUMNS`; other metrics follow in
+    the order of the first row written.
+    """
+    path = os.path.join(root_dir, "eval.csv")
+    row = dict(metrics, env_steps=env_steps)
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    if new:
+        fields = list(EVAL_CSV_COLUMNS) + sorted(set(row) -
+                                                 set(EVAL_CSV_COLUMNS))
+    else:
+        with open(path, newline="") as f:
+            fields = next(csv.reader(f))
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_eval_csv(path: str) -> Dict[str, list]:
+    """Reads an ``eval.csv``: column name -> list of floats, by env steps.
+
+    Rows repeated for the same env step count (a run resumed from an older
+    checkpoint re-evaluates) keep the last one.
+    """
+    with open(path, newline="") as f:
+        rows = {int(float(r["env_steps"])): r for r in csv.DictReader(f)}
+    steps = sorted(rows)
+    cols = rows[steps[0]].keys() if steps else EVAL_CSV_COLUMNS
+    return {c: [float(rows[s][c]) for s in steps] for c in cols}

@@ -1,0 +1,317 @@
+"""The training loop: unroll -> store -> train -> summaries -> eval -> ckpt.
+
+`train` runs in one process; distributed training runs it in every rank with
+the process group already set up. Rank 0 alone writes files and the console.
+"""
+import collections
+import math
+import os
+import time
+from typing import Dict, Optional
+
+import gin
+import torch
+from absl import logging
+
+from alf.data_structures import Experience
+from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.evaluator import Evaluator, append_eval_csv
+from alf.trainers.trainer_config import TrainerConfig
+from alf.utils import distributed
+from alf.utils.errors import AlfError, TrainingError
+
+_SEED_STRIDE = 10007  # env seeds of a resumed run differ from the first run's
+
+
+class TrainingInterrupted(AlfError):
+    """Ctrl-C: a checkpoint was saved and the run can be resumed."""
+
+
+class EpisodeStats:
+    """Returns and lengths of training episodes, per environment, in tensors."""
+
+    def __init__(self, num_envs: int, window: int = 100):
+        self._ret = torch.zeros(num_envs)
+        self._len = torch.zeros(num_envs)
+        self.recent = collections.deque(maxlen=window)  # (return, length)
+        # Sums since the last summary: [return, length, episodes].
+        self.interval = torch.zeros(3, dtype=torch.float64)
+        self.total_episodes = 0
+
+    def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """Adds one step's rewards; records the episodes that ``done`` ends."""
+        self._ret += reward
+        self._len += 1
+        if done.any():
+            rets, lens = self._ret[done], self._len[done]
+            self.recent.extend(zip(rets.tolist(), lens.tolist()))
+            self.interval += torch.stack(
+                [rets.sum(), lens.sum(), torch.tensor(float(len(rets)))])
+            self._ret[done] = 0
+            self._len[done] = 0
+
+    def take_interval(self) -> Dict[str, float]:
+        """All ranks' averages since the last call (a collective)."""
+        sums = distributed.all_reduce_sum(self.interval.clone())
+        self.interval.zero_()
+        self.total_episodes += int(sums[2])
+        if sums[2] == 0:
+            return {}
+        return {"average_return": float(sums[0] / sums[2]),
+                "average_episode_length": float(sums[1] / sums[2]),
+                "episodes": float(sums[2])}
+
+    def recent_return(self) -> float:
+        """Mean return of this rank's recent episodes (NaN if none)."""
+        if not self.recent:
+            return float("nan")
+        return sum(r for r, _ in self.recent) / len(self.recent)
+
+
+class Trainer:
+    """Trains ``config.algorithm_ctor`` on ``config.env_name``.
+
+    Args:
+        config: the global `TrainerConfig` (default: gin's).
+        root_dir: where summaries, ``eval.csv``, ``config.gin`` and
+            checkpoints go; an existing run there is resumed.
+    """
+
+    def __init__(self, root_dir: str, config: Optional[TrainerConfig] = None):
+        self.global_config = config or TrainerConfig()
+        self.root_dir = root_dir
+        self.rank = distributed.get_rank()
+        self.world_size = distributed.get_world_size()
+        self.is_chief = self.rank == 0
+        self.config = self.global_config.per_rank(self.world_size)
+        self.iteration = 0
+        self.env_steps = 0
+        self.env_steps_at_start = 0
+        self._rng_state = None
+        torch.set_num_threads(self.config.torch_num_threads)
+
+    # ---- set-up -----------------------------------------------------------
+    def _build(self) -> None:
+        cfg = self.config
+        # Same seed everywhere for the weights (they are also broadcast
+        # under DDP); per-rank seeds below for everything stochastic.
+        torch.manual_seed(cfg.seed)
+        self._env = cfg.env_load_fn(cfg.env_name, num_envs=cfg.num_envs,
+                                    seed=None, asynchronous=cfg.async_env)
+        self.algorithm = cfg.algorithm_ctor(
+            observation_space=self._env.observation_space,
+            action_space=self._env.action_space, config=cfg)
+        self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
+                                          cfg.max_checkpoints)
+        self._episodes = EpisodeStats(cfg.num_envs)
+        self._evaluator = None
+        self._writers = {}
+        if self.is_chief:
+            self._evaluator = Evaluator(cfg.env_load_fn(
+                cfg.env_name, num_envs=cfg.num_eval_episodes,
+                seed=cfg.seed + 1_000_003, asynchronous=cfg.async_env))
+
+    def _writer(self, name: str):
+        if name not in self._writers:
+            from torch.utils.tensorboard import SummaryWriter
+            self._writers[name] = SummaryWriter(
+                os.path.join(self.root_dir, name))
+        return self._writers[name]
+
+    def _save_operative_config(self) -> None:
+        text = gin.operative_config_str()
+        path = os.path.join(self.root_dir, "config.gin")
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text:
+                    return
+            # Never overwrite what an earlier run wrote.
+            path = os.path.join(self.root_dir,
+                                f"config-resumed-{self.env_steps}.gin")
+            logging.warning("the config differs from %s/config.gin; saving "
+                            "this run's as %s", self.root_dir, path)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+
+    # ---- checkpoints ------------------------------------------------------
+    def _state(self) -> dict:
+        return {
+            "format": 1,
+            "algorithm": self.algorithm.state_dict(),
+            "optimizers": self.algorithm.optimizer_state_dict(),
+            "counters": {"iteration": self.iteration,
+                         "env_steps": self.env_steps,
+                         "episodes": self._episodes.total_episodes},
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+    def _restore(self) -> None:
+        path = self._checkpointer.latest()
+        if path is None:
+            return
+        state = Checkpointer.load(path)
+        try:
+            self.algorithm.load_state_dict(state["algorithm"])
+            self.algorithm.load_optimizer_state_dict(state["optimizers"])
+            counters = state["counters"]
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise AlfError(
+                f"checkpoint {path} does not fit this config "
+                f"({str(e).splitlines()[0][:200]}); use another --root_dir "
+                "or the config it was trained with") from e
+        self.iteration = counters["iteration"]
+        self.env_steps = self.env_steps_at_start = counters["env_steps"]
+        self._episodes.total_episodes = counters["episodes"]
+        self._rng_state = state["rng"]["torch"]
+        if self.is_chief:
+            logging.info("resumed from %s (iteration %d, %d env steps)", path,
+                         self.iteration, self.env_steps)
+
+    def _save_checkpoint(self) -> Optional[str]:
+        if not self.is_chief:
+            return None
+        return self._checkpointer.save(self._state(), self.env_steps)
+
+    # ---- the loop ---------------------------------------------------------
+    def train(self) -> Dict[str, float]:
+        """Trains until ``num_env_steps``; returns the last evaluation.
+
+        Raises:
+            TrainingInterrupted: on Ctrl-C, after saving a checkpoint.
+            TrainingError: on a non-finite loss (no checkpoint is written).
+        """
+        self._build()
+        try:
+            return self._train()
+        finally:
+            self._close()
+
+    def _train(self) -> Dict[str, float]:
+        cfg, gcfg = self.config, self.global_config
+        self._restore()
+        if self.env_steps >= gcfg.num_env_steps:
+            if self.is_chief:
+                logging.info("the run in %s already finished (%d of %d env "
+                             "steps); nothing to do", self.root_dir,
+                             self.env_steps, gcfg.num_env_steps)
+            return {}
+        if self.is_chief:
+            self._save_operative_config()
+        if self._rng_state is not None and self.world_size == 1:
+            torch.set_rng_state(self._rng_state)
+        else:  # a fresh run, or ranks other than the one that saved the RNG
+            torch.manual_seed(cfg.seed * _SEED_STRIDE + self.iteration +
+                              self.rank * 7919 + 1)
+        env_seed = (cfg.seed + _SEED_STRIDE * self.iteration +
+                    self.rank * cfg.num_envs)
+        self._obs = self.algorithm.observe(
+            self._env.reset(seed=env_seed).observation)
+
+        num_iters = math.ceil(gcfg.num_env_steps / gcfg.steps_per_iteration)
+        last_eval = {}
+        self._clock = (time.time(), self.env_steps)
+        self._last_log = time.time()
+        try:
+            while self.iteration < num_iters:
+                self._unroll()
+                self.env_steps += gcfg.steps_per_iteration
+                try:
+                    stats = self.algorithm.train_iter(
+                        min(self.env_steps / gcfg.num_env_steps, 1.0))
+                except TrainingError as e:
+                    raise TrainingError(
+                        f"{e} at iteration {self.iteration + 1} "
+                        f"({self.env_steps} env steps); stopped without "
+                        "writing a checkpoint") from e
+                self.iteration += 1
+                final = self.iteration == num_iters
+                if self.iteration % cfg.summary_interval == 0 or final:
+                    self._summarize(stats)
+                if (cfg.eval_interval and self.iteration % cfg.eval_interval
+                        == 0) or final:
+                    last_eval = self._evaluate()
+                if self.iteration % cfg.checkpoint_interval == 0 or final:
+                    self._save_checkpoint()
+                self._log_progress(num_iters)
+        except KeyboardInterrupt:
+            path = self._save_checkpoint()
+            raise TrainingInterrupted(
+                f"interrupted at {self.env_steps} env steps; checkpoint "
+                f"{path} saved; run the same command to resume") from None
+        return last_eval
+
+    def _unroll(self) -> None:
+        alg, env, obs = self.algorithm, self._env, self._obs
+        with torch.inference_mode():
+            for _ in range(self.config.unroll_length):
+                step = alg.rollout_step(obs)
+                ts = env.step(step.output)
+                next_obs = alg.observe(ts.observation)
+                stored_next = next_obs
+                if ts.final_observation is not None:
+                    stored_next = alg.observe(ts.final_observation,
+                                              update=False)
+                alg.store(Experience(obs, step.output, ts.reward,
+                                     ts.terminated, ts.truncated, stored_next,
+                                     step.info))
+                self._episodes.update(ts.reward, ts.done)
+                obs = next_obs
+        self._obs = obs
+
+    # ---- reporting --------------------------------------------------------
+    def _summarize(self, stats: Dict[str, torch.Tensor]) -> None:
+        episodes = self._episodes.take_interval()  # collective: every rank
+        if not self.is_chief:
+            return
+        w = self._writer("train")
+        values = torch.stack([v.float() for v in stats.values()]).tolist()
+        for name, value in zip(stats, values):
+            w.add_scalar(f"train/{name}", value, self.env_steps)
+        for name, value in episodes.items():
+            w.add_scalar(f"rollout/{name}", value, self.env_steps)
+        w.add_scalar("time/steps_per_second", self._steps_per_second(),
+                     self.env_steps)
+        w.flush()
+
+    def _evaluate(self) -> Dict[str, float]:
+        if not self.is_chief:
+            return {}
+        metrics = self._evaluator.evaluate(self.algorithm)
+        w = self._writer("eval")
+        for name, value in metrics.items():
+            w.add_scalar(f"eval/{name}", value, self.env_steps)
+        w.flush()
+        append_eval_csv(self.root_dir, self.env_steps, metrics)
+        logging.info("eval at %d env steps: return %.2f, episode length %.1f",
+                     self.env_steps, metrics["average_return"],
+                     metrics["average_episode_length"])
+        return metrics
+
+    def _steps_per_second(self) -> float:
+        t0, s0 = self._clock
+        return (self.env_steps - s0) / max(time.time() - t0, 1e-9)
+
+    def _log_progress(self, num_iters: int) -> None:
+        now = time.time()
+        if not self.is_chief or (now - self._last_log <
+                                 self.config.log_interval_seconds and
+                                 self.iteration < num_iters):
+            return
+        self._last_log = now
+        rate = self._steps_per_second()
+        left = self.global_config.num_env_steps - self.env_steps
+        logging.info(
+            "iter %d/%d | env steps %d/%d | %.0f steps/s | recent return "
+            "%.2f | time left %s", self.iteration, num_iters, self.env_steps,
+            self.global_config.num_env_steps, rate,
+            self._episodes.recent_return(),
+            time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)))
+
+    def _close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        for env in (getattr(self, "_env", None),
+                    getattr(self, "_evaluator", None)):
+            if env is not None:
+                env.close()

@@ -1,0 +1,101 @@
+"""`TrainerConfig`: what to train, on what, for how long (gin-configurable)."""
+import dataclasses
+from typing import Callable, Optional
+
+import gin
+
+from alf.environments import suite_gym
+from alf.utils.errors import ConfigError
+
+
+@gin.configurable
+@dataclasses.dataclass
+class TrainerConfig:
+    """Training settings. Sizes have their single-process (global) meaning.
+
+    In an N-process run, ``num_envs`` and ``mini_batch_size`` are divided
+    among the ranks (see `per_rank`) and ``num_env_steps`` counts the steps of
+    all ranks, so 1-process and N-process runs of one config are the same
+    experiment.
+
+    Attributes:
+        algorithm_ctor: ``(observation_space, action_space, config) ->
+            RLAlgorithm``, e.g. ``@PPOAlgorithm`` in gin.
+        env_name: environment id for ``env_load_fn``.
+        env_load_fn: ``(env_name, num_envs, seed, asynchronous) ->
+            BatchedEnvironment``.
+        num_envs: parallel training environments (global).
+        async_env: one subprocess per environment (for slow environments).
+        unroll_length: environment steps per environment per iteration.
+        mini_batch_size: transitions per minibatch (global).
+        num_updates_per_train_iter: epochs over each unroll (on-policy).
+        num_env_steps: training budget in environment steps (global).
+        seed: base random seed.
+        eval_interval: evaluate every this many iterations (0: only at the
+            end).
+        num_eval_episodes: episodes per evaluation (deterministic policy).
+        summary_interval: write training summaries every this many
+            iterations.
+        checkpoint_interval: save a checkpoint every this many iterations
+            (and always at the end and on Ctrl-C).
+        max_checkpoints: keep this many newest checkpoints (None: all).
+        torch_num_threads: torch intra-op threads per process; 1 is fastest
+            for small networks and is what keeps several processes on one
+            machine from fighting over cores.
+        log_interval_seconds: console progress every this many seconds.
+    """
+
+    algorithm_ctor: Optional[Callable] = None
+    env_name: str = "CartPole-v1"
+    env_load_fn: Callable = suite_gym.load
+    num_envs: int = 8
+    async_env: bool = False
+    unroll_length: int = 128
+    mini_batch_size: int = 256
+    num_updates_per_train_iter: int = 10
+    num_env_steps: int = 100_000
+    seed: int = 0
+    eval_interval: int = 20
+    num_eval_episodes: int = 10
+    summary_interval: int = 10
+    checkpoint_interval: int = 100
+    max_checkpoints: Optional[int] = 5
+    torch_num_threads: int = 1
+    log_interval_seconds: float = 10.0
+
+    def __post_init__(self):
+        if self.algorithm_ctor is None:
+            raise ConfigError("TrainerConfig.algorithm_ctor is not set; bind "
+                              "it in gin, e.g. "
+                              "TrainerConfig.algorithm_ctor = @PPOAlgorithm")
+        for name in ("num_envs", "unroll_length", "mini_batch_size",
+                     "num_updates_per_train_iter", "num_env_steps",
+                     "num_eval_episodes", "summary_interval",
+                     "checkpoint_interval", "torch_num_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
+                                  "be a positive integer")
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps per iteration (global)."""
+        return self.num_envs * self.unroll_length
+
+    def per_rank(self, world_size: int) -> "TrainerConfig":
+        """The config one of ``world_size`` ranks runs with.
+
+        Raises:
+            ConfigError: if a global size does not divide by ``world_size``.
+        """
+        if world_size == 1:
+            return self
+        for name in ("num_envs", "mini_batch_size"):
+            if getattr(self, name) % world_size:
+                raise ConfigError(
+                    f"TrainerConfig.{name}={getattr(self, name)} does not "
+                    f"divide among {world_size} processes; use a multiple of "
+                    f"{world_size}")
+        return dataclasses.replace(
+            self, num_envs=self.num_envs // world_size,
+            mini_batch_size=self.mini_batch_size // world_size)

@@ -1,0 +1,82 @@
+"""Running mean/variance normalisation of observations.
+
+Statistics are buffers (state, not parameters): backward never touches them,
+so under data-parallel training they must be kept equal across ranks by
+reducing the same sums everywhere (`commit`), which this module does.
+"""
+import torch
+from torch import nn
+
+from alf.utils import distributed
+
+
+class RunningNormalizer(nn.Module):
+    """Normalises inputs with a running mean and variance.
+
+    Updates are two-phase so that everything normalised during one unroll uses
+    the same statistics: `accumulate` adds raw samples to pending sums, and
+    `commit` merges them into the statistics (all-reduced across ranks when
+    training is distributed, so every rank ends with the statistics one
+    process would have computed from all ranks' samples).
+
+    Args:
+        shape: shape of one sample.
+        clip: normalised values are clipped to ``[-clip, clip]``.
+        eps: added to the variance before the square root.
+    """
+
+    def __init__(self, shape, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        shape = tuple(shape)
+        self.clip = clip
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        # pending = [sum, sum of squares] of samples not yet committed.
+        self.register_buffer("pending",
+                             torch.zeros((2, ) + shape, dtype=torch.float64))
+        self.register_buffer("pending_count",
+                             torch.zeros((), dtype=torch.float64))
+        self._refresh()
+
+    def _refresh(self):
+        # float32 copies for the hot path (normalize is called every step).
+        self._mean32 = self.mean.float()
+        self._inv_std32 = (self.var + self.eps).rsqrt().float()
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns ``clip((x - mean) / std)`` for a batch ``x`` of [B, *shape]."""
+        return ((x - self._mean32) * self._inv_std32).clamp_(-self.clip,
+                                                             self.clip)
+
+    def accumulate(self, x: torch.Tensor) -> None:
+        """Adds the samples of a batch ``x`` of [B, *shape] to pending sums."""
+        x = x.double()
+        self.pending[0] += x.sum(0)
+        self.pending[1] += (x * x).sum(0)
+        self.pending_count += x.shape[0]
+
+    def commit(self) -> None:
+        """Merges the pending sums (of all ranks) into the statistics."""
+        flat = torch.cat([self.pending.flatten(), self.pending_count[None]])
+        distributed.all_reduce_sum(flat)
+        n_b = flat[-1]
+        if n_b > 0:
+            s, ss = flat[:-1].view_as(self.pending)
+            mean_b = s / n_b
+            var_b = (ss / n_b - mean_b * mean_b).clamp_(min=0)
+            n = self.count
+            total = n + n_b
+            delta = mean_b - self.mean
+            m2 = self.var * n + var_b * n_b + delta * delta * n * n_b / total
+            self.mean += delta * n_b / total
+            self.var.copy_(m2 / total)
+            self.count.copy_(total)
+        self.pending.zero_()
+        self.pending_count.zero_()
+        self._refresh()
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._refresh()
