@@ -16,7 +16,7 @@ import torch
 
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
-from alf.networks.actor import ActorDistributionNetwork, mode
+from alf.networks.actor import ActorDistributionNetwork
 from alf.networks.value import ValueNetwork
 from alf.replay_buffers import iterate_minibatches
 from alf.utils import distributed
@@ -101,7 +101,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.value_net = value_network_ctor(observation_space)
         self.add_optimizer(
             torch.optim.Adam(self.parameters(), lr=learning_rate,
-                             eps=adam_eps))
+                             eps=adam_eps, fused=True))
         self._lr, self._lr_schedule = learning_rate, lr_schedule
         self._clip, self._clip_schedule = clip_ratio, clip_schedule
         self._clip_now = clip_ratio
@@ -116,7 +116,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
 
     # ---- acting -------------------------------------------------------
     def predict_step(self, observation) -> AlgStep:
-        return AlgStep(output=mode(self.actor(observation)))
+        return AlgStep(output=self.actor(observation).mode())
 
     def rollout_step(self, observation) -> AlgStep:
         dist = self.actor(observation)

@@ -5,8 +5,8 @@ import gin
 import gymnasium as gym
 import torch
 from torch import nn
-from torch.distributions import Categorical, Distribution, Independent, Normal
 
+from alf.networks.distributions import Categorical, DiagGaussian
 from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
 
 
@@ -44,21 +44,12 @@ class ActorDistributionNetwork(nn.Module):
         self.head = orthogonal_init(nn.Linear(self.encoder.output_size, out),
                                     0.01)
 
-    def forward(self, observation: torch.Tensor) -> Distribution:
-        """Returns the action distribution for a batch of observations."""
+    def forward(self, observation: torch.Tensor):
+        """Returns the `Categorical` or `DiagGaussian` for a batch."""
         return self.distribution(self.head(self.encoder(observation)))
 
-    def distribution(self, out: torch.Tensor) -> Distribution:
+    def distribution(self, out: torch.Tensor):
         """The distribution given the head's output ``out`` of shape [B, A]."""
         if self.discrete:
-            return Categorical(logits=out, validate_args=False)
-        std = self.log_std.exp().expand_as(out)
-        return Independent(Normal(out, std, validate_args=False), 1,
-                           validate_args=False)
-
-
-def mode(dist: Distribution) -> torch.Tensor:
-    """The most likely action of a categorical or Gaussian distribution."""
-    if isinstance(dist, Categorical):
-        return dist.logits.argmax(-1)
-    return dist.mean
+            return Categorical(out)
+        return DiagGaussian(out, self.log_std)

@@ -88,6 +88,7 @@ class Trainer:
         self.env_steps = 0
         self.env_steps_at_start = 0
         self._rng_state = None
+        self.steps_per_second = float("nan")  # of the last train() call
         torch.set_num_threads(self.config.torch_num_threads)
 
     # ---- set-up -----------------------------------------------------------
@@ -211,6 +212,7 @@ class Trainer:
         num_iters = math.ceil(gcfg.num_env_steps / gcfg.steps_per_iteration)
         last_eval = {}
         self._clock = (time.time(), self.env_steps)
+        self._eval_seconds = 0.0
         self._last_log = time.time()
         try:
             while self.iteration < num_iters:
@@ -234,6 +236,7 @@ class Trainer:
                 if self.iteration % cfg.checkpoint_interval == 0 or final:
                     self._save_checkpoint()
                 self._log_progress(num_iters)
+            self.steps_per_second = self._steps_per_second()
         except KeyboardInterrupt:
             path = self._save_checkpoint()
             raise TrainingInterrupted(
@@ -277,7 +280,9 @@ class Trainer:
     def _evaluate(self) -> Dict[str, float]:
         if not self.is_chief:
             return {}
+        start = time.time()
         metrics = self._evaluator.evaluate(self.algorithm)
+        self._eval_seconds += time.time() - start
         w = self._writer("eval")
         for name, value in metrics.items():
             w.add_scalar(f"eval/{name}", value, self.env_steps)
@@ -289,8 +294,11 @@ class Trainer:
         return metrics
 
     def _steps_per_second(self) -> float:
+        """Training throughput since the start of this process, excluding
+        evaluation time."""
         t0, s0 = self._clock
-        return (self.env_steps - s0) / max(time.time() - t0, 1e-9)
+        elapsed = time.time() - t0 - self._eval_seconds
+        return (self.env_steps - s0) / max(elapsed, 1e-9)
 
     def _log_progress(self, num_iters: int) -> None:
         now = time.time()
