@@ -61,14 +61,14 @@ class Algorithm(nn.Module):
         loss_info.loss.backward()
         norm = torch.zeros(())
         if max_grad_norm is not None:
-            params = [p for g in self._param_groups() for p in g["params"]]
-            norm = nn.utils.clip_grad_norm_(params, max_grad_norm,
-                                            foreach=True)
+            norm = clip_grad_norm(self._param_groups(), max_grad_norm)
         for opt in self._optimizers:
             opt.step()
         return norm
 
     def _param_groups(self):
+        # A list per call is cheap; caching it would go stale when a
+        # subclass adds an optimizer later.
         return [g for opt in self._optimizers for g in opt.param_groups]
 
     def set_learning_rate(self, lr: float) -> None:
@@ -87,3 +87,22 @@ class Algorithm(nn.Module):
                              f"this algorithm has {len(self._optimizers)}")
         for opt, state in zip(self._optimizers, states):
             opt.load_state_dict(state)
+
+
+def clip_grad_norm(param_groups, max_norm: float) -> torch.Tensor:
+    """Scales all gradients so that their global L2 norm is <= ``max_norm``.
+
+    The same arithmetic as `torch.nn.utils.clip_grad_norm_` in three foreach
+    kernels, without its per-call checks (a noticeable cost at one update
+    per millisecond).
+
+    Returns:
+        The global norm before clipping.
+    """
+    grads = [p.grad for g in param_groups for p in g["params"]
+             if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm

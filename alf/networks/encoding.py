@@ -5,18 +5,19 @@ from typing import Sequence
 import gin
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU,
-                "silu": nn.SiLU, "gelu": nn.GELU}
+_ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu,
+                "silu": F.silu, "gelu": F.gelu}
 
 
-def make_activation(name: str) -> nn.Module:
-    """Returns the activation module called ``name``."""
+def get_activation(name: str):
+    """Returns the activation function called ``name``."""
     if name not in _ACTIVATIONS:
         raise ValueError(f"unknown activation {name!r}; valid: "
                          f"{sorted(_ACTIVATIONS)}")
-    return _ACTIVATIONS[name]()
+    return _ACTIVATIONS[name]
 
 
 def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -44,15 +45,19 @@ class EncodingNetwork(nn.Module):
     def __init__(self, input_size: int, hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh"):
         super().__init__()
-        layers = []
+        self._activation = get_activation(activation)
+        self.layers = nn.ModuleList()
         for size in hidden_sizes:
-            layers += [orthogonal_init(nn.Linear(input_size, size),
-                                       math.sqrt(2)),
-                       make_activation(activation)]
+            self.layers.append(
+                orthogonal_init(nn.Linear(input_size, size), math.sqrt(2)))
             input_size = size
         self.output_size = input_size
-        self.mlp = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Maps ``x`` of shape [B, ...] to features of shape [B, output_size]."""
-        return self.mlp(x.flatten(1))
+        x = x.flatten(1)
+        # Functional calls: nn.Module dispatch per layer costs as much as the
+        # layer itself at RL's small batch sizes.
+        for layer in self.layers:
+            x = self._activation(F.linear(x, layer.weight, layer.bias))
+        return x

@@ -108,6 +108,9 @@ class Trainer:
         self._evaluator = None
         self._writers = {}
         if self.is_chief:
+            # Created now so that importing tensorboard does not count
+            # against the training throughput.
+            self._writer("train")
             self._evaluator = Evaluator(cfg.env_load_fn(
                 cfg.env_name, num_envs=cfg.num_eval_episodes,
                 seed=cfg.seed + 1_000_003, asynchronous=cfg.async_env))
