@@ -78,6 +78,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         target_kl: stop the epochs of an iteration early once a minibatch's
             approximate KL exceeds ``1.5 * target_kl`` (None: never).
         normalize_observations: running observation normalisation.
+        reward_scale: rewards are multiplied by this before GAE (values
+            then live on the scaled reward's scale).
     """
 
     def __init__(self, observation_space, action_space, config,
@@ -92,7 +94,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  max_grad_norm: Optional[float] = 0.5,
                  normalize_advantages: bool = True,
                  target_kl: Optional[float] = None,
-                 normalize_observations: bool = False):
+                 normalize_observations: bool = False,
+                 reward_scale: float = 1.0):
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early
@@ -111,6 +114,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._max_grad_norm = max_grad_norm
         self._normalize_adv = normalize_advantages
         self._target_kl = target_kl
+        self._reward_scale = reward_scale
         self._num_epochs = config.num_updates_per_train_iter
         self._mini_batch_size = config.mini_batch_size
 
@@ -156,15 +160,21 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         values, next_values = self.value_net(both.flatten(0, 1)).view(
             2, t, b).unbind(0)
         adv = generalized_advantage_estimation(
-            exp.reward, values, next_values, exp.terminated, exp.truncated,
+            exp.reward * self._reward_scale, values, next_values, exp.terminated, exp.truncated,
             self._gamma, self._lambda)
         flat = lambda x: x.flatten(0, 1)
         return PPOBatch(flat(exp.observation), flat(exp.action),
                         flat(exp.rollout_info), flat(values), flat(adv),
                         flat(adv + values))
 
+    @distributed.data_distributed
     def minibatch_loss(self, mb: PPOBatch) -> LossInfo:
-        """The PPO loss of one minibatch (train_step, then calc_loss)."""
+        """The PPO loss of one minibatch (train_step, then calc_loss).
+
+        The only parameter-dependent computation of an update: under
+        distributed training it runs through DDP, whose backward averages the
+        gradients of all ranks' minibatches.
+        """
         return self.calc_loss(mb, self.train_step(mb).info)
 
     def train_step(self, mb: PPOBatch) -> AlgStep:

@@ -1,7 +1,11 @@
 r"""Train an algorithm from gin files.
 
     python -m alf.bin.train --gin_file ppo_cart_pole.gin --root_dir ~/runs/cp \
-        [--gin_param 'TrainerConfig.num_env_steps=20000' ...]
+        [--gin_param 'TrainerConfig.num_env_steps=20000' ...] \
+        [--distributed none|multi-gpu|multi-process [--num_processes N]]
+
+Under ``torchrun`` (RANK and WORLD_SIZE set), each process joins torchrun's
+group (NCCL with GPUs, gloo without); that is the multi-node path.
 
 ``--gin_file`` is a path, or a bare name looked up in the current directory and
 then in alf's packaged examples. Running again with the same ``--root_dir``
@@ -21,6 +25,13 @@ flags.DEFINE_multi_string("gin_file", None, "Gin file(s): a path or the name "
                           "of a file in the current folder or alf/examples.")
 flags.DEFINE_multi_string("gin_param", None, "Gin binding(s), e.g. "
                           "'TrainerConfig.num_env_steps=20000'.")
+flags.DEFINE_enum("distributed", "none", ["none", "multi-gpu",
+                                           "multi-process"],
+                  "none: one process; multi-gpu: one process per visible GPU "
+                  "(NCCL); multi-process: --num_processes CPU processes "
+                  "(gloo).")
+flags.DEFINE_integer("num_processes", 2, "Processes for --distributed "
+                     "multi-process.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 EXIT_ERROR = 1
@@ -61,6 +72,34 @@ def train_process(root_dir: str, gin_files: Sequence[str],
     return Trainer(root_dir).train()
 
 
+def _under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def _train_under_torchrun(root_dir, gin_files, gin_params) -> None:
+    import torch
+
+    from alf.utils import distributed
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if rank != 0:
+        logging.set_verbosity(logging.WARNING)
+    with distributed.process_group(rank, world, backend, use_env=True):
+        train_process(root_dir, gin_files, gin_params)
+
+
+def _num_gpus_for_multi_gpu() -> int:
+    import torch
+    n = torch.cuda.device_count()
+    if n == 0:
+        raise AlfError("--distributed multi-gpu needs a GPU and none is "
+                       "visible (torch.cuda.device_count() == 0); use "
+                       "--distributed multi-process --num_processes N to "
+                       "train with N CPU processes")
+    return n
+
+
 def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
     if len(argv) > 1:
@@ -74,7 +113,31 @@ def main(argv: List[str]) -> int:
             raise AlfError("--gin_file is required, e.g. --gin_file "
                            "ppo_cart_pole.gin")
         root_dir = check_root_dir(FLAGS.root_dir)
-        train_process(root_dir, FLAGS.gin_file, FLAGS.gin_param or [])
+        args = (root_dir, FLAGS.gin_file, FLAGS.gin_param or [])
+        num_processes = 1
+        if _under_torchrun():
+            _train_under_torchrun(*args)
+            return 0
+        if FLAGS.distributed == "multi-gpu":
+            num_processes = _num_gpus_for_multi_gpu()
+            if num_processes == 1:
+                logging.warning("--distributed multi-gpu: one GPU visible; "
+                                "training in a single process")
+            else:
+                raise AlfError(
+                    f"--distributed multi-gpu with {num_processes} GPUs: "
+                    "placing models on GPUs is not supported by this "
+                    "version yet; use --distributed multi-process")
+        elif FLAGS.distributed == "multi-process":
+            num_processes = FLAGS.num_processes
+        if num_processes > 1:
+            # Validate the config once, here, before spawning ranks.
+            import alf.config
+            alf.config.parse_config(args[1], args[2])
+            from alf.bin.launch import launch
+            return launch(train_process, args, num_processes,
+                          prog="alf.bin.train")
+        train_process(*args)
     except TrainingInterrupted as e:
         logging.warning("%s", e)
         return EXIT_INTERRUPTED

@@ -6,6 +6,8 @@ the process group already set up. Rank 0 alone writes files and the console.
 import collections
 import math
 import os
+import signal
+import threading
 import time
 from typing import Dict, Optional
 
@@ -88,6 +90,7 @@ class Trainer:
         self.env_steps = 0
         self.env_steps_at_start = 0
         self._rng_state = None
+        self._stop_flag = False
         self.steps_per_second = float("nan")  # of the last train() call
         torch.set_num_threads(self.config.torch_num_threads)
 
@@ -151,10 +154,22 @@ class Trainer:
         }
 
     def _restore(self) -> None:
-        path = self._checkpointer.latest()
-        if path is None:
+        # Rank 0 reads the checkpoint and sends it to the others, so that
+        # ranks on other machines need not see ROOT_DIR. Everything is
+        # restored on every rank, the optimizer state included: DDP only
+        # broadcasts parameters and buffers.
+        path, state, error = None, None, None
+        if self.is_chief:
+            path = self._checkpointer.latest()
+            try:
+                state = Checkpointer.load(path) if path else None
+            except AlfError as e:
+                error = e
+        path, state, error = distributed.broadcast_object((path, state, error))
+        if error is not None:
+            raise error
+        if state is None:
             return
-        state = Checkpointer.load(path)
         try:
             self.algorithm.load_state_dict(state["algorithm"])
             self.algorithm.load_optimizer_state_dict(state["optimizers"])
@@ -186,14 +201,17 @@ class Trainer:
             TrainingError: on a non-finite loss (no checkpoint is written).
         """
         self._build()
+        restore_handler = _install_interrupt_handler(self)
         try:
             return self._train()
         finally:
+            restore_handler()
             self._close()
 
     def _train(self) -> Dict[str, float]:
         cfg, gcfg = self.config, self.global_config
         self._restore()
+        distributed.activate_ddp(self.algorithm)
         if self.env_steps >= gcfg.num_env_steps:
             if self.is_chief:
                 logging.info("the run in %s already finished (%d of %d env "
@@ -236,9 +254,14 @@ class Trainer:
                 if (cfg.eval_interval and self.iteration % cfg.eval_interval
                         == 0) or final:
                     last_eval = self._evaluate()
+                if (cfg.sync_check_interval and
+                        self.iteration % cfg.sync_check_interval == 0):
+                    distributed.check_weights_equal(self.algorithm)
                 if self.iteration % cfg.checkpoint_interval == 0 or final:
                     self._save_checkpoint()
                 self._log_progress(num_iters)
+                if self._stop_requested():
+                    raise KeyboardInterrupt
             self.steps_per_second = self._steps_per_second()
         except KeyboardInterrupt:
             path = self._save_checkpoint()
@@ -246,6 +269,16 @@ class Trainer:
                 f"interrupted at {self.env_steps} env steps; checkpoint "
                 f"{path} saved; run the same command to resume") from None
         return last_eval
+
+    def request_stop(self) -> None:
+        """Asks training to stop (and checkpoint) after this iteration."""
+        self._stop_flag = True
+
+    def _stop_requested(self) -> bool:
+        # A control-flow decision: all ranks stop at the same iteration if
+        # any of them was asked to (one all-reduce of one number).
+        flag = torch.tensor([float(self._stop_flag)])
+        return bool(distributed.all_reduce_sum(flag) > 0)
 
     def _unroll(self) -> None:
         alg, env, obs = self.algorithm, self._env, self._obs
@@ -326,3 +359,31 @@ class Trainer:
                     getattr(self, "_evaluator", None)):
             if env is not None:
                 env.close()
+
+
+def _install_interrupt_handler(trainer: Trainer):
+    """Makes SIGINT (Ctrl-C) stop ``trainer`` cleanly after its iteration.
+
+    In a single process a second Ctrl-C interrupts at once (the checkpoint is
+    still saved). Under a launcher, every rank gets the signal (from the
+    terminal and/or the launcher); repeats are ignored and the launcher
+    escalates if a rank does not stop in time.
+
+    Returns:
+        A function that restores the previous handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    force_on_repeat = trainer.world_size == 1
+
+    def handler(signum, frame):
+        if trainer._stop_flag and force_on_repeat:
+            raise KeyboardInterrupt
+        if trainer.is_chief and not trainer._stop_flag:
+            logging.warning("stopping after this iteration (Ctrl-C again to "
+                            "stop at once)" if force_on_repeat else
+                            "stopping after this iteration")
+        trainer.request_stop()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    return lambda: signal.signal(signal.SIGINT, previous)

@@ -43,6 +43,9 @@ class TrainerConfig:
             for small networks and is what keeps several processes on one
             machine from fighting over cores.
         log_interval_seconds: console progress every this many seconds.
+        sync_check_interval: in distributed training, check every this many
+            iterations that parameters and synced buffers are equal on all
+            ranks (0: never).
     """
 
     algorithm_ctor: Optional[Callable] = None
@@ -62,6 +65,7 @@ class TrainerConfig:
     max_checkpoints: Optional[int] = 5
     torch_num_threads: int = 1
     log_interval_seconds: float = 10.0
+    sync_check_interval: int = 50
 
     def __post_init__(self):
         if self.algorithm_ctor is None:

@@ -1,8 +1,41 @@
-"""Process-group helpers (the only module that knows about process groups)."""
+"""Data-parallel training: `@data_distributed`, process groups, sync checks.
+
+This is the only module that knows about process groups. Algorithms mark the
+method whose output depends on the parameters (a loss or an unroll) with
+`data_distributed`; after `activate_ddp(module)` inside a process group of
+more than one process, calls of that method go through a
+`DistributedDataParallel` module built for it, so that the backward pass
+all-reduces gradients. Everything else (environments, replay buffers,
+evaluation) stays plain Python on each rank.
+"""
+import contextlib
+import datetime
+import functools
+import os
+import shutil
+import tempfile
+import zlib
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import gin
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+__all__ = [
+    "DistributedError", "data_distributed", "data_distributed_when",
+    "make_ddp_performer", "activate_ddp", "is_distributed", "get_rank",
+    "get_world_size", "process_group", "all_reduce_sum", "all_reduce_mean",
+    "standardize", "check_weights_equal", "broadcast_object"
+]
 
 
+class DistributedError(RuntimeError):
+    """Ranks disagree (call order, weights): training cannot go on."""
+
+
+# ---- process groups ---------------------------------------------------------
 def is_distributed() -> bool:
     """Whether a default process group of more than one process is active."""
     return (dist.is_available() and dist.is_initialized()
@@ -19,6 +52,61 @@ def get_world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+@gin.configurable
+def collective_timeout(seconds: float = 300.0) -> datetime.timedelta:
+    """How long any collective may wait before it raises instead of hanging.
+
+    Rank 0's evaluation runs while the other ranks wait in their next
+    collective, so this must exceed the longest evaluation.
+    """
+    return datetime.timedelta(seconds=seconds)
+
+
+@contextlib.contextmanager
+def process_group(rank: int, world_size: int, backend: str = "gloo",
+                  init_file: Optional[str] = None,
+                  use_env: bool = False) -> Iterator[None]:
+    """Sets up the default process group for this process; tears it down.
+
+    The analogue of DI-engine's DDPContext. Single-machine runs rendezvous
+    through a file (``init_file``), so no port listens on any network
+    interface; gloo's own connections are pinned to the loopback interface.
+    Under ``torchrun`` (``use_env``), the group joins torchrun's rendezvous
+    (``MASTER_ADDR``/``MASTER_PORT``), which is the multi-node path.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        backend: ``gloo`` (CPU) or ``nccl`` (GPU).
+        init_file: a path every rank can see (single machine).
+        use_env: take the rendezvous from torchrun's environment variables.
+    """
+    if backend == "gloo" and not use_env:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    kwargs = dict(backend=backend, rank=rank, world_size=world_size,
+                  timeout=collective_timeout())
+    if use_env:
+        kwargs["init_method"] = "env://"
+    else:
+        kwargs["store"] = dist.FileStore(init_file, world_size)
+    dist.init_process_group(**kwargs)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def rendezvous_file() -> Iterator[str]:
+    """A fresh path for `process_group`'s ``init_file``; removed afterwards."""
+    folder = tempfile.mkdtemp(prefix="alf-rendezvous-")
+    try:
+        yield os.path.join(folder, "store")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- small collectives ------------------------------------------------------
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sums ``tensor`` in place across ranks; a no-op in a single process."""
     if is_distributed():
@@ -32,6 +120,15 @@ def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(tensor)
         tensor /= dist.get_world_size()
     return tensor
+
+
+def broadcast_object(obj, src: int = 0):
+    """Returns rank ``src``'s ``obj`` on every rank (pickled; trusted data)."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
 
 
 def standardize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -50,3 +147,205 @@ def standardize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     mean = sums[0] / n
     var = (sums[1] - n * mean * mean) / (n - 1)
     return (x - mean.to(x.dtype)) / (var.clamp(min=0).sqrt().to(x.dtype) + eps)
+
+
+# ---- which state DDP must leave alone ---------------------------------------
+def _replay_buffer_names(module: nn.Module) -> List[str]:
+    """Names (relative to ``module``) of every buffer under a ReplayBuffer."""
+    from alf.replay_buffers import ReplayBuffer
+    names = []
+    for prefix, sub in module.named_modules():
+        if isinstance(sub, ReplayBuffer):
+            names += [f"{prefix}.{n}" if prefix else n
+                      for n, _ in sub.named_buffers()]
+    return names
+
+
+def synced_state(module: nn.Module) -> List[Tuple[str, torch.Tensor]]:
+    """Parameters and buffers that must be equal on every rank.
+
+    Everything except the buffers of `ReplayBuffer` submodules (each rank
+    keeps its own experience).
+    """
+    skip = set(_replay_buffer_names(module))
+    state = [(n, p.data) for n, p in module.named_parameters()]
+    state += [(n, b) for n, b in module.named_buffers() if n not in skip]
+    return state
+
+
+# ---- the decorator ----------------------------------------------------------
+class _MethodPerformer(nn.Module):
+    """The module DDP wraps: its forward runs one method of ``module``."""
+
+    def __init__(self, module: nn.Module, method: Callable):
+        super().__init__()
+        self.module = module
+        self._method = method
+
+    def forward(self, *args, **kwargs):
+        return self._method(self.module, *args, **kwargs)
+
+
+@gin.configurable
+def make_ddp_performer(module: nn.Module, method: Callable,
+                       find_unused_parameters: bool = False,
+                       bucket_cap_mb: float = 25.0,
+                       gradient_as_bucket_view: bool = True,
+                       static_graph: bool = False,
+                       broadcast_buffers: bool = True) -> DDP:
+    """Builds the DDP module that runs ``method`` on ``module``.
+
+    Args:
+        module: the module whose parameters the method uses.
+        method: the undecorated function ``method(module, *args)``.
+        find_unused_parameters: set when some parameters get no gradient in
+            some calls (PPG's auxiliary head in the policy phase).
+        bucket_cap_mb: DDP's gradient bucket size.
+        gradient_as_bucket_view: gradients alias DDP's buckets (saves a
+            copy).
+        static_graph: the set of used parameters never changes.
+        broadcast_buffers: broadcast rank 0's buffers at every forward.
+            Replay-buffer storage is always excluded.
+    """
+    performer = _MethodPerformer(module, method)
+    ignore = ["module." + n for n in _replay_buffer_names(module)]
+    DDP._set_params_and_buffers_to_ignore_for_model(performer, ignore)
+    device = next(module.parameters()).device
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DDP(performer, device_ids=device_ids,
+               find_unused_parameters=find_unused_parameters,
+               bucket_cap_mb=bucket_cap_mb,
+               gradient_as_bucket_view=gradient_as_bucket_view,
+               static_graph=static_graph,
+               broadcast_buffers=broadcast_buffers)
+
+
+@gin.configurable
+def call_order_check(enabled: bool = True) -> bool:
+    """Whether every DDP call first checks that all ranks call the same
+    method as the same call number (one all-reduce of 4 integers)."""
+    return enabled
+
+
+def _method_id(name: str) -> int:
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def _check_call_order(state: dict, name: str) -> None:
+    state["calls"] += 1
+    mine = torch.tensor([_method_id(name), state["calls"]], dtype=torch.int64)
+    both = torch.cat([mine, -mine])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    if torch.equal(both[:2], -both[2:]):
+        return
+    # Every rank sees the mismatch, so every rank can join this all-gather.
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (name, state["calls"]))
+    who = "; ".join(f"rank {r} called {n} as DDP call #{c}"
+                    for r, (n, c) in enumerate(gathered))
+    raise DistributedError(
+        f"ranks called data-distributed methods in different orders ({who}); "
+        "every rank must call them in the same order")
+
+
+def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
+    """Like `data_distributed`, but only when ``cond(module)`` is true.
+
+    Args:
+        cond: evaluated on the module at each call; None means always.
+    """
+
+    def decorator(method):
+        name = method.__qualname__
+
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            state = self.__dict__.get("_alf_ddp")
+            if (state is None or not torch.is_grad_enabled()
+                    or not is_distributed() or (cond is not None
+                                                and not cond(self))):
+                # Without gradients there is nothing to all-reduce, and
+                # evaluation (rank 0 only) must never enter a collective.
+                return method(self, *args, **kwargs)
+            performer = state["performers"].get(name)
+            if performer is None:
+                performer = make_ddp_performer(self, method)
+                state["performers"][name] = performer
+            if call_order_check():
+                _check_call_order(state, name)
+            return performer(*args, **kwargs)
+
+        wrapper._alf_data_distributed = True
+        return wrapper
+
+    return decorator
+
+
+def data_distributed(method):
+    """Runs ``method`` through DistributedDataParallel once activated.
+
+    Decorate the method of an `nn.Module` whose result depends on the
+    parameters and is backpropagated (a loss, an unroll). After
+    `activate_ddp(module)` in a process group of more than one process, each
+    call with gradients enabled goes through a DDP module built (once, lazily,
+    per method) for it, so gradients are averaged across ranks in backward.
+    The DDP module is cached on the module but is not a submodule: it never
+    enters ``state_dict``. Outside that, the method runs untouched.
+
+    Several decorated methods on one module must be called in the same order
+    on every rank; `call_order_check` verifies it before each call.
+    """
+    return data_distributed_when(None)(method)
+
+
+def activate_ddp(module: nn.Module) -> None:
+    """Enables the decorated methods of ``module`` and its submodules.
+
+    Broadcasts rank 0's parameters and buffers (replay buffers excluded) at
+    once, so that every rank acts with the same weights from the first step,
+    and verifies them. A no-op outside distributed training.
+    """
+    if not is_distributed():
+        return
+    for sub in module.modules():
+        sub.__dict__["_alf_ddp"] = {"performers": {}, "calls": 0}
+    tensors = [t for _, t in synced_state(module)]
+    with torch.no_grad():
+        for t in tensors:
+            dist.broadcast(t, src=0)
+    check_weights_equal(module)
+
+
+def _checksums(tensors: List[torch.Tensor]) -> torch.Tensor:
+    rows = [torch.stack([t.double().sum(), t.double().abs().sum()])
+            if t.numel() else torch.zeros(2, dtype=torch.float64)
+            for t in tensors]
+    return torch.cat(rows) if rows else torch.zeros(0, dtype=torch.float64)
+
+
+def check_weights_equal(module: nn.Module) -> None:
+    """Raises `DistributedError` if any synced tensor differs across ranks.
+
+    Compares a checksum (sum and sum of absolute values, in float64) of every
+    parameter and every buffer outside replay buffers, which catches drift
+    in state that backward does not update (normalisers, target networks).
+
+    Raises:
+        DistributedError: naming the first tensor that differs and its
+            checksums on the lowest and highest ranks.
+    """
+    if not is_distributed():
+        return
+    named = synced_state(module)
+    sums = _checksums([t.detach().cpu() for _, t in named])
+    hi, lo = sums.clone(), -sums
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MAX)
+    bad = (hi != -lo).nonzero()
+    if len(bad):
+        i = int(bad[0]) // 2
+        raise DistributedError(
+            f"weights differ across ranks: {named[i][0]} has checksum "
+            f"{sums[2 * i].item():.9g} here (rank {get_rank()}); over all "
+            f"ranks it ranges {-lo[2 * i].item():.9g} .. "
+            f"{hi[2 * i].item():.9g} ({len(bad)} checksums differ)")

@@ -1,0 +1,42 @@
+r"""Does ppo_cart_pole.gin reach an evaluation return of 475 within 100k env
+steps? Trains one run per seed (two at a time) and prints a table.
+
+    python benchmarks/ppo_cart_pole_seeds.py --seeds 5 [--root DIR]
+"""
+import argparse
+import tempfile
+
+from runs import first_reaching, train_runs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--num_env_steps", type=int, default=100_000)
+    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--root", default=None,
+                        help="keep the runs here (default: a temp folder)")
+    parser.add_argument("--extra", nargs="*", default=[],
+                        help="extra CLI arguments, e.g. --distributed ...")
+    args = parser.parse_args()
+    root = args.root or tempfile.mkdtemp(prefix="ppo_cart_pole_seeds_")
+    results = train_runs("ppo_cart_pole.gin", root, range(args.seeds), [
+        f"TrainerConfig.num_env_steps={args.num_env_steps}",
+        "TrainerConfig.eval_interval=10"
+    ], extra_args=args.extra)
+    print(f"runs in {root}")
+    print(f"{'seed':>4s} {'first env steps with return >= ' + str(int(args.threshold)):>38s}"
+          f" {'best return':>12s} {'final return':>13s}")
+    passed = 0
+    for seed, curve in sorted(results.items()):
+        reach = first_reaching(curve, args.threshold)
+        passed += reach is not None
+        print(f"{seed:4d} {str(reach) if reach else 'never':>38s} "
+              f"{max(curve['average_return']):12.1f} "
+              f"{curve['average_return'][-1]:13.1f}")
+    print(f"{passed} of {args.seeds} seeds reached {args.threshold:g} within "
+          f"{args.num_env_steps} env steps")
+
+
+if __name__ == "__main__":
+    main()
