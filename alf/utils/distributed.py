@@ -11,6 +11,7 @@ evaluation) stays plain Python on each rank.
 import contextlib
 import datetime
 import functools
+import inspect
 import os
 import shutil
 import tempfile
@@ -212,12 +213,15 @@ def make_ddp_performer(module: nn.Module, method: Callable,
     DDP._set_params_and_buffers_to_ignore_for_model(performer, ignore)
     device = next(module.parameters()).device
     device_ids = [device.index] if device.type == "cuda" else None
+    # torch >= 2.13 renamed broadcast_buffers to forward_sync_buffers.
+    sync_kw = ("forward_sync_buffers" if "forward_sync_buffers"
+               in inspect.signature(DDP.__init__).parameters else
+               "broadcast_buffers")
     return DDP(performer, device_ids=device_ids,
                find_unused_parameters=find_unused_parameters,
                bucket_cap_mb=bucket_cap_mb,
                gradient_as_bucket_view=gradient_as_bucket_view,
-               static_graph=static_graph,
-               broadcast_buffers=broadcast_buffers)
+               static_graph=static_graph, **{sync_kw: broadcast_buffers})
 
 
 @gin.configurable

@@ -1,0 +1,163 @@
+"""`Algorithm` optimizer plumbing and `clip_grad_norm`."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from alf.algorithms.algorithm import Algorithm, clip_grad_norm
+from alf.data_structures import LossInfo
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+class TwoNets(Algorithm):
+    """Two small networks; each gets its own optimizer (two param groups)."""
+
+    def __init__(self, opt="sgd", lr=0.1):
+        super().__init__()
+        g = _gen(0)
+        self.a = nn.Linear(3, 4)
+        self.b = nn.Linear(4, 2)
+        self.unused = nn.Linear(2, 2)  # never gets a gradient
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+        make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=lr),
+                "adam": lambda ps: torch.optim.Adam(ps, lr=lr)}[opt]
+        self.add_optimizer(make(list(self.a.parameters())))
+        self.add_optimizer(
+            make(list(self.b.parameters()) + list(self.unused.parameters())))
+
+    def loss(self, x):
+        return LossInfo(loss=self.b(torch.tanh(self.a(x))).square().sum())
+
+
+def _x(scale=1.0):
+    return torch.randn(5, 3, generator=_gen(1)) * scale
+
+
+def _grads_of(alg, x):
+    alg.zero_grad(set_to_none=True)
+    alg.loss(x).loss.backward()
+
+
+# ---- clip_grad_norm --------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_norm,clips", [(0.5, True), (1e6, False)])
+def test_clip_grad_norm_matches_torch(max_norm, clips):
+    """Same clipped gradients and returned norm as clip_grad_norm_."""
+    ours, ref = TwoNets(), TwoNets()
+    x = _x()
+    _grads_of(ours, x)
+    _grads_of(ref, x)
+    raw = [p.grad.clone() for p in ours.parameters() if p.grad is not None]
+    assert ours.unused.weight.grad is None
+
+    norm = clip_grad_norm(ours._param_groups(), max_norm)
+    ref_norm = torch.nn.utils.clip_grad_norm_(
+        [p for p in ref.parameters() if p.grad is not None], max_norm)
+
+    torch.testing.assert_close(norm, ref_norm)
+    assert (norm > max_norm) == clips
+    clipped = [p.grad for p in ours.parameters() if p.grad is not None]
+    for a, b in zip(clipped,
+                    [p.grad for p in ref.parameters() if p.grad is not None]):
+        torch.testing.assert_close(a, b)
+    total = torch.linalg.vector_norm(torch.cat([g.flatten() for g in clipped]))
+    if clips:
+        torch.testing.assert_close(total, torch.tensor(max_norm), rtol=1e-4,
+                                   atol=1e-6)
+    else:
+        for a, b in zip(clipped, raw):
+            torch.testing.assert_close(a, b)
+
+
+def test_clip_grad_norm_without_gradients_returns_zero():
+    """No gradients at all: norm 0 and nothing fails."""
+    alg = TwoNets()
+    norm = clip_grad_norm(alg._param_groups(), 1.0)
+    assert float(norm) == 0.0
+
+
+# ---- update_with_gradient --------------------------------------------------
+
+
+def test_update_with_gradient_one_sgd_step():
+    """Parameters move by -lr * grad, each optimizer steps exactly once."""
+    alg, ref = TwoNets(lr=0.1), TwoNets()
+    x = _x()
+    _grads_of(ref, x)
+    # Stale gradients must be discarded by update_with_gradient.
+    for p in alg.parameters():
+        p.grad = torch.full_like(p, 123.0)
+    norm = alg.update_with_gradient(alg.loss(x))
+    assert float(norm) == 0.0  # no clipping requested
+    for (name, p), p0 in zip(alg.named_parameters(), ref.parameters()):
+        if name.startswith("unused"):
+            torch.testing.assert_close(p, p0)
+        else:
+            torch.testing.assert_close(p, p0 - 0.1 * p0.grad)
+
+
+def test_update_with_gradient_clips_and_returns_norm():
+    """With max_grad_norm the step uses clipped gradients; returns the raw
+    norm."""
+    alg, ref = TwoNets(lr=0.1), TwoNets()
+    x = _x(scale=3.0)
+    _grads_of(ref, x)
+    grads = [p.grad for p in ref.parameters() if p.grad is not None]
+    raw_norm = torch.linalg.vector_norm(torch.cat([g.flatten()
+                                                   for g in grads]))
+    assert raw_norm > 1.0
+    norm = alg.update_with_gradient(alg.loss(x), max_grad_norm=1.0)
+    torch.testing.assert_close(norm, raw_norm)
+    scale = 1.0 / (raw_norm + 1e-6)
+    for p, p0 in zip(alg.a.parameters(), ref.a.parameters()):
+        torch.testing.assert_close(p, p0 - 0.1 * scale * p0.grad)
+
+
+def test_set_learning_rate_applies_to_every_optimizer():
+    """set_learning_rate changes every param group's lr."""
+    alg = TwoNets()
+    alg.set_learning_rate(0.25)
+    assert [g["lr"] for g in alg._param_groups()] == [0.25, 0.25]
+
+
+# ---- optimizer state -------------------------------------------------------
+
+
+def test_optimizer_state_dict_round_trip():
+    """A restored Adam continues exactly like the original one."""
+    x = _x()
+    src = TwoNets(opt="adam", lr=0.01)
+    for _ in range(3):
+        src.update_with_gradient(src.loss(x))
+    states = src.optimizer_state_dict()
+    assert len(states) == 2 and all("state" in s for s in states)
+
+    restored = TwoNets(opt="adam", lr=0.01)
+    restored.load_state_dict(src.state_dict())
+    restored.load_optimizer_state_dict(copy.deepcopy(states))
+    fresh = TwoNets(opt="adam", lr=0.01)  # same weights, no optimizer state
+    fresh.load_state_dict(src.state_dict())
+
+    for alg in (src, restored, fresh):
+        alg.update_with_gradient(alg.loss(x))
+    for p, q in zip(src.parameters(), restored.parameters()):
+        torch.testing.assert_close(p, q)
+    # Without the optimizer state the step differs (the test can fail).
+    assert not torch.allclose(src.a.weight, fresh.a.weight)
+
+
+def test_load_optimizer_state_dict_length_mismatch():
+    """A checkpoint with a different number of optimizers is rejected."""
+    alg = TwoNets()
+    states = alg.optimizer_state_dict()
+    with pytest.raises(ValueError, match="1 optimizer states.*has 2"):
+        alg.load_optimizer_state_dict(states[:1])
+    with pytest.raises(ValueError, match="3 optimizer states"):
+        alg.load_optimizer_state_dict(states + states[:1])

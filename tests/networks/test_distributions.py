@@ -1,0 +1,180 @@
+"""`alf.networks.distributions` against `torch.distributions`."""
+import pytest
+import torch
+from torch import distributions as td
+
+from alf.networks.distributions import Categorical, DiagGaussian
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def rng():
+    """Seeds torch's global RNG for one test and restores it afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1234)
+        yield
+
+
+# ---- Categorical -----------------------------------------------------------
+
+
+def _logits(b=16, k=5, seed=0):
+    return torch.randn(b, k, generator=_gen(seed), dtype=torch.float64) * 2
+
+
+def test_categorical_log_prob_entropy_mode_match_torch():
+    """log_prob, entropy and mode equal torch.distributions.Categorical's."""
+    logits = _logits()
+    ref = td.Categorical(logits=logits)
+    ours = Categorical(logits)
+    actions = torch.randint(0, 5, (16, ), generator=_gen(1))
+    torch.testing.assert_close(ours.log_prob(actions), ref.log_prob(actions))
+    torch.testing.assert_close(ours.entropy(), ref.entropy())
+    assert ours.mode().dtype == torch.int64
+    torch.testing.assert_close(ours.mode(), ref.probs.argmax(-1))
+    assert ours.log_prob(actions).shape == (16, )
+    assert ours.entropy().shape == (16, )
+
+
+def test_categorical_log_prob_accepts_float_actions():
+    """Actions stored as floats (e.g. in a replay buffer) index correctly."""
+    logits = _logits()
+    actions = torch.randint(0, 5, (16, ), generator=_gen(2))
+    torch.testing.assert_close(
+        Categorical(logits).log_prob(actions.float()),
+        td.Categorical(logits=logits).log_prob(actions))
+
+
+def test_categorical_kl_matches_torch():
+    """KL(p || q) equals torch's kl_divergence for categoricals."""
+    p, q = _logits(seed=3), _logits(seed=4)
+    expected = td.kl_divergence(td.Categorical(logits=p),
+                                td.Categorical(logits=q))
+    torch.testing.assert_close(Categorical(p).kl(Categorical(q)), expected)
+    # KL of a distribution with itself is zero.
+    torch.testing.assert_close(Categorical(p).kl(Categorical(p)),
+                               torch.zeros(16, dtype=torch.float64))
+
+
+def test_categorical_gradients_match_torch():
+    """Gradients of log_prob and entropy w.r.t. the logits equal torch's."""
+    base = _logits(seed=5)
+    actions = torch.randint(0, 5, (16, ), generator=_gen(6))
+    weights = torch.randn(16, generator=_gen(7), dtype=torch.float64)
+
+    l1 = base.clone().requires_grad_()
+    d = Categorical(l1)
+    ((d.log_prob(actions) + d.entropy()) * weights).sum().backward()
+
+    l2 = base.clone().requires_grad_()
+    r = td.Categorical(logits=l2)
+    ((r.log_prob(actions) + r.entropy()) * weights).sum().backward()
+
+    torch.testing.assert_close(l1.grad, l2.grad)
+    assert l1.grad.abs().sum() > 0
+
+
+def test_categorical_sample_frequencies(rng):
+    """20k Gumbel-max samples have per-class frequencies within 4 sigma."""
+    probs = torch.tensor([0.05, 0.15, 0.3, 0.5])
+    n = 20_000
+    logits = probs.log().expand(n, 4)
+    samples = Categorical(logits).sample()
+    assert samples.shape == (n, )
+    assert samples.dtype == torch.int64
+    counts = torch.bincount(samples, minlength=4).double()
+    expected = n * probs.double()
+    sigma = (n * probs.double() * (1 - probs.double())).sqrt()
+    assert ((counts - expected).abs() <= 4 * sigma).all(), (counts, expected)
+    # Chi-square with 3 degrees of freedom: P(chi2 > 21.1) ~ 1e-4.
+    chi2 = ((counts - expected)**2 / expected).sum()
+    assert chi2 < 21.1, chi2
+
+
+def test_categorical_sample_respects_per_row_logits(rng):
+    """Each row samples from its own distribution (near-deterministic rows)."""
+    logits = torch.full((3, 4), -30.0)
+    logits[0, 2] = logits[1, 0] = logits[2, 3] = 30.0
+    for _ in range(5):
+        assert Categorical(logits).sample().tolist() == [2, 0, 3]
+
+
+# ---- DiagGaussian ----------------------------------------------------------
+
+
+def _gaussian_params(b=8, a=3, seed=0, per_row_std=False):
+    g = _gen(seed)
+    mean = torch.randn(b, a, generator=g, dtype=torch.float64)
+    shape = (b, a) if per_row_std else (a, )
+    log_std = torch.randn(shape, generator=g, dtype=torch.float64) * 0.5
+    return mean, log_std
+
+
+def _torch_gaussian(mean, log_std):
+    return td.Independent(td.Normal(mean, log_std.expand_as(mean).exp()), 1)
+
+
+@pytest.mark.parametrize("per_row_std", [False, True])
+def test_diag_gaussian_log_prob_entropy_mode_match_torch(per_row_std):
+    """log_prob, entropy, mode equal torch's Independent(Normal) ones."""
+    mean, log_std = _gaussian_params(per_row_std=per_row_std)
+    ours, ref = DiagGaussian(mean, log_std), _torch_gaussian(mean, log_std)
+    actions = torch.randn(8, 3, generator=_gen(9), dtype=torch.float64) * 2
+    torch.testing.assert_close(ours.log_prob(actions), ref.log_prob(actions))
+    torch.testing.assert_close(ours.entropy(), ref.entropy())
+    torch.testing.assert_close(ours.mode(), mean)
+    assert ours.log_prob(actions).shape == (8, )
+    assert ours.entropy().shape == (8, )
+
+
+def test_diag_gaussian_kl_matches_torch():
+    """KL(p || q) equals torch's kl_divergence for diagonal Gaussians."""
+    m1, s1 = _gaussian_params(seed=1, per_row_std=True)
+    m2, s2 = _gaussian_params(seed=2)
+    expected = td.kl_divergence(_torch_gaussian(m1, s1),
+                                _torch_gaussian(m2, s2))
+    torch.testing.assert_close(
+        DiagGaussian(m1, s1).kl(DiagGaussian(m2, s2)), expected)
+    torch.testing.assert_close(
+        DiagGaussian(m1, s1).kl(DiagGaussian(m1, s1)),
+        torch.zeros(8, dtype=torch.float64))
+
+
+def test_diag_gaussian_gradients_match_torch():
+    """Gradients of log_prob/entropy w.r.t. mean and (shared) log_std match."""
+    mean0, log_std0 = _gaussian_params(seed=3)
+    actions = torch.randn(8, 3, generator=_gen(10), dtype=torch.float64)
+    weights = torch.randn(8, generator=_gen(11), dtype=torch.float64)
+
+    grads = []
+    for make in (DiagGaussian, _torch_gaussian):
+        mean = mean0.clone().requires_grad_()
+        log_std = log_std0.clone().requires_grad_()
+        d = make(mean, log_std)
+        ((d.log_prob(actions) + 0.1 * d.entropy()) * weights).sum().backward()
+        grads.append((mean.grad, log_std.grad))
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    torch.testing.assert_close(grads[0][1], grads[1][1])
+    assert grads[0][1].shape == (3, )
+
+
+def test_diag_gaussian_sample_mean_and_std(rng):
+    """20k samples have the right per-dimension mean and std (4 sigma)."""
+    n = 20_000
+    mu = torch.tensor([1.0, -2.0, 0.5])
+    log_std = torch.tensor([0.0, -1.0, 1.0])
+    samples = DiagGaussian(mu.expand(n, 3), log_std).sample()
+    assert samples.shape == (n, 3)
+    std = log_std.exp()
+    mean_err = (samples.mean(0) - mu).abs()
+    assert (mean_err <= 4 * std / n**0.5).all(), mean_err
+    # The sample std of a normal has standard error ~ std / sqrt(2n).
+    std_err = (samples.std(0) - std).abs()
+    assert (std_err <= 4 * std / (2 * n)**0.5).all(), std_err
+    # Dimensions are independent: off-diagonal correlations are ~0.
+    corr = torch.corrcoef(samples.T)
+    off = corr - torch.diag(torch.diag(corr))
+    assert off.abs().max() < 4 / n**0.5

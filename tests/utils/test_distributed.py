@@ -1,0 +1,268 @@
+"""Distributed contract tests with 2 real gloo processes (1 thread each)."""
+import gin
+import gymnasium as gym
+import pytest
+import torch
+from torch import nn
+
+from alf import nest
+from alf.algorithms.ppo_algorithm import PPOAlgorithm
+from alf.data_structures import Experience
+from alf.replay_buffers import ReplayBuffer
+from alf.trainers.trainer_config import TrainerConfig
+from alf.utils import distributed
+from alf.utils.distributed import (DistributedError, activate_ddp,
+                                   check_weights_equal, data_distributed,
+                                   data_distributed_when)
+from distributed_harness import run_ranks, values
+
+pytestmark = pytest.mark.timeout(120)
+
+T, B, OBS = 8, 4, 3
+
+
+# ---- PPO: 2 ranks x half a batch == 1 process x the whole batch ---------
+def _fixed_unroll():
+    g = torch.Generator().manual_seed(123)
+    raw = torch.randn(T + 1, B, OBS, generator=g) * 3 + 1
+    terminated = torch.zeros(T, B, dtype=torch.bool)
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    terminated[3, 1] = True
+    truncated[5, 2] = True
+    return raw, Experience(
+        observation=raw[:-1], action=torch.randint(0, 2, (T, B), generator=g),
+        reward=torch.rand(T, B, generator=g), terminated=terminated,
+        truncated=truncated, next_observation=raw[1:],
+        rollout_info=torch.full((T, B), -0.7))
+
+
+def _ppo_train_iter(rank, world_size):
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=B,
+                        unroll_length=T, mini_batch_size=T * B,
+                        num_updates_per_train_iter=3).per_rank(world_size)
+    torch.manual_seed(0)
+    alg = PPOAlgorithm(gym.spaces.Box(-10, 10, (OBS, )), gym.spaces.Discrete(2),
+                       cfg, normalize_observations=True)
+    activate_ddp(alg)
+    raw, exp = _fixed_unroll()
+    cols = slice(rank * cfg.num_envs, (rank + 1) * cfg.num_envs)
+    for t in range(T):
+        alg.observe(raw[t, cols])
+        alg.store(nest.map_structure(lambda x: x[t, cols], exp))
+    alg.train_iter(0.0)
+    return {n: t.clone() for n, t in distributed.synced_state(alg)}
+
+
+def test_two_ranks_equal_one_process_ppo_update():
+    """Each rank trains on half the envs; result equals the whole batch."""
+    single = _ppo_train_iter(0, 1)
+    ranks = values(run_ranks(_ppo_train_iter, 2))
+    assert set(single) == set(ranks[0]) and "observation_normalizer.mean" in single
+    for name, ref in single.items():
+        for r in ranks:
+            diff = (r[name].double() - ref.double()).abs().max().item()
+            assert diff <= 1e-5, f"{name}: max abs diff {diff}"
+    # The update did change the weights (so the comparison means something).
+    torch.manual_seed(0)
+    fresh = PPOAlgorithm(gym.spaces.Box(-10, 10, (OBS, )),
+                         gym.spaces.Discrete(2),
+                         TrainerConfig(algorithm_ctor=PPOAlgorithm,
+                                       num_envs=B, unroll_length=T))
+    w = "actor.encoder.layers.0.weight"
+    assert not torch.allclose(fresh.state_dict()[w], single[w])
+
+
+# ---- activation, replay buffers, drift -----------------------------------
+class WithReplay(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 1)
+        self.register_buffer("stat", torch.zeros(2))
+        self.replay_buffer = ReplayBuffer(4, 2)
+
+    @data_distributed
+    def loss(self, x):
+        return self.lin(x).square().mean()
+
+
+def _activation_and_replay(rank):
+    torch.manual_seed(rank)  # different initial weights on purpose
+    m = WithReplay()
+    m.stat.fill_(rank + 1)
+    m.replay_buffer.add_batch(torch.full((2, 3), float(rank)))
+    activate_ddp(m)
+    after_activation = m.lin.weight.detach().clone()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for i in range(3):
+        opt.zero_grad()
+        m.loss(torch.randn(5, 3) + rank).backward()
+        opt.step()
+        m.replay_buffer.add_batch(torch.full((2, 3), float(10 * rank + i)))
+    check_weights_equal(m)
+    return (after_activation, m.lin.weight.detach().clone(), m.stat.clone(),
+            m.replay_buffer.gather_all().clone(),
+            [k for k in m.state_dict()])
+
+
+def test_activation_broadcasts_weights_but_never_replay_buffers():
+    r0, r1 = values(run_ranks(_activation_and_replay))
+    assert torch.equal(r0[0], r1[0])  # rank 0's weights from the start
+    assert torch.equal(r0[1], r1[1])  # and equal after DDP updates
+    assert torch.equal(r0[2], r1[2])  # ordinary buffers are synced
+    assert not torch.equal(r0[3], r1[3])  # replay buffers are not
+    assert torch.equal(r1[3][0], torch.full((2, 3), 1.0))
+    # The DDP module is cached on the module but is not a submodule.
+    assert not any("module." in k or "performer" in k for k in r0[4])
+
+
+def _drift_by_name(rank, what):
+    torch.manual_seed(0)
+    m = WithReplay()
+    activate_ddp(m)
+    m.replay_buffer.add_batch(torch.full((2, 3), float(rank)))
+    check_weights_equal(m)  # replay buffers may differ
+    tensor = dict(distributed.synced_state(m))[what]
+    with torch.no_grad():
+        if rank == 1:
+            tensor.view(-1)[0] += 1e-4
+    check_weights_equal(m)
+
+
+@pytest.mark.parametrize("what", ["lin.weight", "stat"])
+def test_weight_drift_is_detected(what):
+    """A parameter or a buffer that drifts on one rank is named."""
+    for r in run_ranks(_drift_by_name, what):
+        assert not r.ok and r.value[0] == "DistributedError", r.value
+        assert what in r.value[1]
+
+
+# ---- unused parameters ----------------------------------------------------
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(3, 4)
+        self.head_a = nn.Linear(4, 1)
+        self.head_b = nn.Linear(4, 1)  # unused by loss_a
+
+    @data_distributed
+    def loss_a(self, x):
+        return self.head_a(self.trunk(x)).mean()
+
+
+def _unused(rank, find_unused):
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters",
+                       find_unused)
+    torch.manual_seed(0)
+    m = TwoHeads()
+    activate_ddp(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        m.loss_a(torch.randn(5, 3) + rank).backward()
+        opt.step()
+    check_weights_equal(m)
+    return True
+
+
+def test_unused_head_fails_clearly_without_find_unused_parameters():
+    for r in run_ranks(_unused, False):
+        assert not r.ok
+        assert "find_unused_parameters" in r.value[1]
+
+
+def test_unused_head_works_with_find_unused_parameters():
+    assert values(run_ranks(_unused, True)) == [True, True]
+
+
+# ---- call order -----------------------------------------------------------
+class TwoMethods(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 1)
+
+    @data_distributed
+    def first(self, x):
+        return self.lin(x).sum()
+
+    @data_distributed
+    def second(self, x):
+        return self.lin(x).square().sum()
+
+
+def _call_order(rank, swap):
+    torch.manual_seed(0)
+    m = TwoMethods()
+    activate_ddp(m)
+    calls = [m.first, m.second]
+    if swap and rank == 1:
+        calls.reverse()
+    for _ in range(2):
+        for call in calls:
+            call(torch.ones(2, 3)).backward()
+    return m.lin.weight.grad.clone()
+
+
+def test_mismatched_call_order_raises_naming_methods_and_ranks():
+    for r in run_ranks(_call_order, True, timeout=60):
+        assert not r.ok and r.value[0] == "DistributedError", r.value
+        msg = r.value[1]
+        assert "TwoMethods.first" in msg and "TwoMethods.second" in msg
+        assert "rank 0" in msg and "rank 1" in msg
+
+
+def test_same_call_order_passes():
+    g0, g1 = values(run_ranks(_call_order, False))
+    assert torch.equal(g0, g1)
+
+
+# ---- data_distributed_when and the single-process path --------------------
+class Conditional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 1, bias=False)
+        self.use_ddp = True
+
+    @data_distributed_when(lambda self: self.use_ddp)
+    def loss(self, x):
+        return self.lin(x).sum()
+
+
+def _conditional(rank):
+    torch.manual_seed(0)
+    m = Conditional()
+    activate_ddp(m)
+    grads = []
+    for use in (True, False):
+        m.use_ddp = use
+        m.zero_grad()
+        m.loss(torch.full((1, 2), float(rank + 1))).backward()
+        grads.append(m.lin.weight.grad.clone())
+    return grads
+
+
+def test_data_distributed_when_condition():
+    (ddp0, local0), (ddp1, local1) = values(run_ranks(_conditional))
+    assert torch.equal(ddp0, ddp1)  # averaged: (1 + 2) / 2 per entry
+    assert torch.allclose(ddp0, torch.full((1, 2), 1.5))
+    assert torch.allclose(local0, torch.full((1, 2), 1.0))
+    assert torch.allclose(local1, torch.full((1, 2), 2.0))
+
+
+def test_decorated_method_runs_untouched_in_one_process():
+    m = Conditional()
+    activate_ddp(m)  # a no-op outside a process group
+    m.loss(torch.ones(1, 2)).backward()
+    assert "_alf_ddp" not in m.__dict__
+    assert torch.allclose(m.lin.weight.grad, torch.ones(1, 2))
+
+
+def _standardize(rank):
+    x = torch.arange(8.0)[rank * 4:(rank + 1) * 4] ** 2
+    return distributed.standardize(x)
+
+
+def test_standardize_uses_global_statistics():
+    s0, s1 = values(run_ranks(_standardize))
+    x = torch.arange(8.0) ** 2
+    ref = (x - x.mean()) / (x.std() + 1e-8)
+    assert torch.allclose(torch.cat([s0, s1]), ref, atol=1e-6)
