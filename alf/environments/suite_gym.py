@@ -139,7 +139,9 @@ def load(env_name: str,
         AlfError: if ``env_name`` is not a registered environment id.
     """
     check_env_id(env_name)
-    env_fns = [_EnvFn(env_name, max_episode_steps, env_kwargs or {},
+    # The spec, not the id: spawned workers do not see environments that
+    # were registered at run time (by a test, or a user's module).
+    env_fns = [_EnvFn(gym.spec(env_name), max_episode_steps, env_kwargs or {},
                       tuple(wrappers)) for _ in range(num_envs)]
     kw = dict(autoreset_mode=AutoresetMode.SAME_STEP)
     if asynchronous:

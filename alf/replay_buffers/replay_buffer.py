@@ -47,12 +47,14 @@ class ReplayBuffer(nn.Module):
 
     def _build(self, batch) -> None:
         leaves = nest.flatten(batch)
-        self._treespec = nest.structure(batch)
+        # Check every leaf before registering anything: a rejected first
+        # batch must leave the buffer empty, not half-built.
         for i, leaf in enumerate(leaves):
             if leaf.shape[:1] != (self.batch_size,):
                 raise ValueError(
                     f"add_batch: leaf {i} has shape {tuple(leaf.shape)}; its "
                     f"first dim must be batch_size={self.batch_size}")
+        for i, leaf in enumerate(leaves):
             name = f"_storage_{i}"
             self.register_buffer(
                 name, torch.zeros((self.capacity, ) + tuple(leaf.shape),
@@ -60,6 +62,7 @@ class ReplayBuffer(nn.Module):
                                   device=self._device or leaf.device),
                 persistent=self._persistent)
             self._leaf_names.append(name)
+        self._treespec = nest.structure(batch)
 
     def _storage(self):
         return [getattr(self, n) for n in self._leaf_names]
@@ -77,6 +80,10 @@ class ReplayBuffer(nn.Module):
         """Appends one time step: a nest whose leaves have shape [B, ...]."""
         if self._treespec is None:
             self._build(batch)
+        elif nest.structure(batch) != self._treespec:
+            raise ValueError(
+                f"add_batch: structure {nest.structure(batch)} differs from "
+                f"the stored {self._treespec}")
         pos = self._added % self.capacity
         for store, leaf in zip(self._storage(), nest.flatten(batch)):
             store[pos].copy_(leaf)

@@ -245,10 +245,6 @@ def test_asynchronous_matches_semantics(envs):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason=(
-    "suite_gym._EnvFn sends only the env id to spawned workers, which do "
-    "not have ids registered at run time in the parent (check_env_id "
-    "passed there); gymnasium raises NamespaceNotFound in the worker"))
 def test_asynchronous_with_runtime_registered_id(envs):
     """An id registered in this process also works with asynchronous=True."""
     env = envs(MIXED_ID, num_envs=2, seed=21, asynchronous=True)

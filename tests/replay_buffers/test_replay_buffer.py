@@ -254,10 +254,6 @@ def test_minibatch_order_is_reproducible_with_seeded_generator():
 # ---- known bugs (see the report) -------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ReplayBuffer._build sets _treespec and registers storage leaf by leaf "
-    "before validating every leaf: a rejected first add_batch leaves a "
-    "half-built buffer that later drops leaves silently"))
 def test_rejected_first_add_leaves_buffer_usable():
     """After a rejected first add_batch, a valid add stores every leaf."""
     rb = ReplayBuffer(capacity=2, batch_size=B)
@@ -269,9 +265,6 @@ def test_rejected_first_add_leaves_buffer_usable():
     torch.testing.assert_close(out["b"], torch.full((1, B), 2.0))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ReplayBuffer.add_batch never checks later batches against the stored "
-    "structure; zip() silently drops or mis-assigns leaves"))
 def test_add_batch_with_different_structure_raises():
     """A nest of another structure than the first one is rejected."""
     rb = ReplayBuffer(capacity=2, batch_size=B)
