@@ -17,6 +17,7 @@ setup(
         "numpy>=1.24",
         "optree>=0.11",
         "tensorboard>=2.12",
+        "matplotlib>=3.5",
     ],
     extras_require={
         "metadrive": ["metadrive-simulator>=0.4.2"],

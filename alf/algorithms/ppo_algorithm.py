@@ -20,7 +20,7 @@ from alf.networks.actor import ActorDistributionNetwork
 from alf.networks.value import ValueNetwork
 from alf.replay_buffers import iterate_minibatches
 from alf.utils import distributed
-from alf.utils.errors import TrainingError
+from alf.utils.errors import ConfigError, TrainingError
 from alf.utils.value_ops import generalized_advantage_estimation
 
 
@@ -49,7 +49,8 @@ def scheduled(value: float, schedule: str, progress: float) -> float:
         return value
     if schedule == "linear":
         return value * max(1.0 - progress, 0.0)
-    raise ValueError(f"unknown schedule {schedule!r}; valid: constant, linear")
+    raise ConfigError(f"unknown schedule {schedule!r}; valid: constant, "
+                      "linear")
 
 
 @gin.configurable

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Callable, List, Sequence
 
-from alf.utils.errors import AlfError
+from alf.utils.errors import AlfError, one_line
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -54,7 +54,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, fn: Callable,
             logging.warning("%s", e)
         code = EXIT_INTERRUPTED
     except AlfError as e:
-        reports.put((time.time(), rank, "error", str(e)))
+        reports.put((time.time(), rank, "error", one_line(e)))
         code = EXIT_ERROR
     except BaseException:  # noqa: BLE001 - reported to the launcher
         reports.put((time.time(), rank, "crash", traceback.format_exc()))

@@ -17,7 +17,7 @@ from typing import List, Sequence
 
 from absl import app, flags, logging
 
-from alf.utils.errors import AlfError
+from alf.utils.errors import AlfError, one_line
 
 flags.DEFINE_string("root_dir", None, "Folder for summaries, eval.csv, "
                     "config.gin and checkpoints; an existing run is resumed.")
@@ -100,11 +100,28 @@ def _num_gpus_for_multi_gpu() -> int:
     return n
 
 
+def _num_processes() -> int:
+    if FLAGS.distributed == "multi-process":
+        return FLAGS.num_processes
+    if FLAGS.distributed == "multi-gpu":
+        n = _num_gpus_for_multi_gpu()
+        if n > 1:
+            raise AlfError(
+                f"--distributed multi-gpu with {n} GPUs: placing models on "
+                "GPUs is not supported by this version yet; use "
+                "--distributed multi-process")
+        logging.warning("--distributed multi-gpu: one GPU visible; training "
+                        "in a single process (models stay on the CPU in this "
+                        "version)")
+    return 1
+
+
 def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from alf.trainers import TrainingInterrupted
+    import alf.config
+    from alf.trainers import Trainer, TrainingInterrupted
     try:
         if not FLAGS.root_dir:
             raise AlfError("--root_dir is required, e.g. --root_dir "
@@ -112,37 +129,24 @@ def main(argv: List[str]) -> int:
         if not FLAGS.gin_file:
             raise AlfError("--gin_file is required, e.g. --gin_file "
                            "ppo_cart_pole.gin")
+        gin_files, gin_params = FLAGS.gin_file, FLAGS.gin_param or []
+        # Validate the config before anything is written or spawned.
+        alf.config.parse_config(gin_files, gin_params)
         root_dir = check_root_dir(FLAGS.root_dir)
-        args = (root_dir, FLAGS.gin_file, FLAGS.gin_param or [])
-        num_processes = 1
         if _under_torchrun():
-            _train_under_torchrun(*args)
+            _train_under_torchrun(root_dir, gin_files, gin_params)
             return 0
-        if FLAGS.distributed == "multi-gpu":
-            num_processes = _num_gpus_for_multi_gpu()
-            if num_processes == 1:
-                logging.warning("--distributed multi-gpu: one GPU visible; "
-                                "training in a single process")
-            else:
-                raise AlfError(
-                    f"--distributed multi-gpu with {num_processes} GPUs: "
-                    "placing models on GPUs is not supported by this "
-                    "version yet; use --distributed multi-process")
-        elif FLAGS.distributed == "multi-process":
-            num_processes = FLAGS.num_processes
+        num_processes = _num_processes()
         if num_processes > 1:
-            # Validate the config once, here, before spawning ranks.
-            import alf.config
-            alf.config.parse_config(args[1], args[2])
             from alf.bin.launch import launch
-            return launch(train_process, args, num_processes,
-                          prog="alf.bin.train")
-        train_process(*args)
+            return launch(train_process, (root_dir, gin_files, gin_params),
+                          num_processes, prog="alf.bin.train")
+        Trainer(root_dir).train()
     except TrainingInterrupted as e:
         logging.warning("%s", e)
         return EXIT_INTERRUPTED
     except AlfError as e:
-        print(f"alf.bin.train: error: {e}", file=sys.stderr)
+        print(f"alf.bin.train: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 

@@ -67,9 +67,9 @@ class Checkpointer:
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - any failure means unusable
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise CheckpointError(
-                f"checkpoint {path} is unreadable ({type(e).__name__}: "
-                f"{first[:200]}); refusing to resume. Move it out of "
+                f"checkpoint {path} is unreadable ({type(e).__name__}: not a "
+                "complete weights-only checkpoint; it is corrupt or holds "
+                "Python objects); refusing to resume. Move it out of "
                 f"{os.path.dirname(path)} to resume from an older one, or "
                 "use another --root_dir") from e

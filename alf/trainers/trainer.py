@@ -111,9 +111,6 @@ class Trainer:
         self._evaluator = None
         self._writers = {}
         if self.is_chief:
-            # Created now so that importing tensorboard does not count
-            # against the training throughput.
-            self._writer("train")
             self._evaluator = Evaluator(cfg.env_load_fn(
                 cfg.env_name, num_envs=cfg.num_eval_episodes,
                 seed=cfg.seed + 1_000_003, asynchronous=cfg.async_env))
@@ -220,6 +217,9 @@ class Trainer:
             return {}
         if self.is_chief:
             self._save_operative_config()
+            # Now, so that importing tensorboard does not count against the
+            # training throughput (and a refused run writes no event file).
+            self._writer("train")
         if self._rng_state is not None and self.world_size == 1:
             torch.set_rng_state(self._rng_state)
         else:  # a fresh run, or ranks other than the one that saved the RNG
@@ -238,15 +238,18 @@ class Trainer:
         try:
             while self.iteration < num_iters:
                 self._unroll()
-                self.env_steps += gcfg.steps_per_iteration
+                steps = self.env_steps + gcfg.steps_per_iteration
                 try:
                     stats = self.algorithm.train_iter(
-                        min(self.env_steps / gcfg.num_env_steps, 1.0))
+                        min(steps / gcfg.num_env_steps, 1.0))
                 except TrainingError as e:
                     raise TrainingError(
                         f"{e} at iteration {self.iteration + 1} "
-                        f"({self.env_steps} env steps); stopped without "
-                        "writing a checkpoint") from e
+                        f"({steps} env steps); stopped without writing a "
+                        "checkpoint") from e
+                # Counters move only after a complete iteration, so a
+                # checkpoint saved on interrupt is consistent.
+                self.env_steps = steps
                 self.iteration += 1
                 final = self.iteration == num_iters
                 if self.iteration % cfg.summary_interval == 0 or final:

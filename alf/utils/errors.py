@@ -19,3 +19,13 @@ class CheckpointError(AlfError):
 
 class TrainingError(AlfError):
     """Training cannot continue (e.g. a non-finite loss)."""
+
+
+def one_line(error: BaseException) -> str:
+    """The first line of an error's message.
+
+    gin appends "In call to configurable ..." on a second line to errors
+    raised inside configurables; users need only the first.
+    """
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

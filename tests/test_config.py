@@ -1,0 +1,119 @@
+"""Tests of alf/config.py: gin-file lookup and config parsing errors."""
+import os
+
+import gin
+import pytest
+
+import alf.config
+from alf.config import examples_dir, find_gin_file, parse_config
+from alf.utils.errors import ConfigError
+
+EXAMPLE = "ppo_cart_pole.gin"
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+# ---- find_gin_file ----------------------------------------------------------
+def test_find_absolute_path(tmp_path):
+    f = tmp_path / "mine.gin"
+    f.write_text("")
+    assert find_gin_file(str(f)) == str(f)
+
+
+def test_find_relative_path(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.gin").write_text("")
+    monkeypatch.chdir(tmp_path)
+    found = find_gin_file(os.path.join("sub", "mine.gin"))
+    assert os.path.isabs(found)
+    assert found == str(tmp_path / "sub" / "mine.gin")
+
+
+def test_find_bare_name_in_cwd_before_packaged_example(tmp_path, monkeypatch):
+    local = tmp_path / EXAMPLE
+    local.write_text("# a local copy that shadows the packaged example\n")
+    monkeypatch.chdir(tmp_path)
+    assert find_gin_file(EXAMPLE) == str(local)
+
+
+def test_find_packaged_example_by_bare_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no local copy here
+    found = find_gin_file(EXAMPLE)
+    assert found == os.path.join(examples_dir(), EXAMPLE)
+    assert os.path.isfile(found)
+    assert os.path.dirname(found) == os.path.join(
+        os.path.dirname(os.path.abspath(alf.config.__file__)), "examples")
+
+
+def test_missing_file_names_file_and_every_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        find_gin_file("no_such_config.gin")
+    msg = str(info.value)
+    assert "no_such_config.gin" in msg
+    assert str(tmp_path) in msg  # the current directory
+    assert examples_dir() in msg  # the packaged examples
+    assert "\n" not in msg
+
+
+def test_missing_absolute_file_names_it(tmp_path):
+    missing = tmp_path / "nowhere" / "x.gin"
+    with pytest.raises(ConfigError, match="x.gin") as info:
+        find_gin_file(str(missing))
+    assert str(missing) in str(info.value)
+
+
+# ---- parse_config -----------------------------------------------------------
+def test_unknown_parameter_binding():
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], ["TrainerConfig.num_envz=3"])
+    msg = str(info.value)
+    assert "num_envz" in msg
+    assert "\n" not in msg
+
+
+def test_typo_in_configurable_name():
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], ["TrainerConfg.num_envs=3"])
+    msg = str(info.value)
+    assert "TrainerConfg" in msg
+    assert "\n" not in msg
+
+
+def test_unknown_binding_inside_a_file_names_file_and_line(tmp_path):
+    f = tmp_path / "bad.gin"
+    f.write_text("TrainerConfig.num_envs = 2\nTrainerConfig.num_envz = 3\n")
+    with pytest.raises(ConfigError) as info:
+        parse_config([str(f)])
+    msg = str(info.value)
+    assert "num_envz" in msg and str(f) in msg and "line 2" in msg
+    assert "\n" not in msg
+
+
+def test_missing_gin_file_in_parse_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="missing_file.gin"):
+        parse_config(["missing_file.gin"])
+
+
+def test_param_overrides_file_value():
+    paths = parse_config([EXAMPLE])
+    assert paths == [os.path.join(examples_dir(), EXAMPLE)]
+    assert gin.query_parameter("TrainerConfig.num_envs") == 8
+    parse_config([EXAMPLE], ["TrainerConfig.num_envs=3",
+                             'TrainerConfig.env_name="Pendulum-v1"'])
+    assert gin.query_parameter("TrainerConfig.num_envs") == 3
+    assert gin.query_parameter("TrainerConfig.env_name") == "Pendulum-v1"
+    # Values the params did not touch keep the file's.
+    assert gin.query_parameter("TrainerConfig.unroll_length") == 32
+
+
+def test_parse_config_clears_earlier_bindings():
+    parse_config([EXAMPLE], ["TrainerConfig.num_envs=3"])
+    parse_config([EXAMPLE])
+    assert gin.query_parameter("TrainerConfig.num_envs") == 8

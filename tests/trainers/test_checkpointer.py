@@ -1,0 +1,124 @@
+"""Tests of alf/trainers/checkpointer.py."""
+import os
+
+import pytest
+import torch
+
+from alf.trainers.checkpointer import Checkpointer
+from alf.utils.errors import CheckpointError
+
+
+class NotAWeight:
+    """An arbitrary Python object: unpickling it could run code."""
+
+    def __init__(self):
+        self.payload = "anything"
+
+
+def _state(x):
+    return {"w": torch.full((3,), float(x)), "counters": {"env_steps": x}}
+
+
+def _names(ckpt_dir):
+    return sorted(os.listdir(ckpt_dir))
+
+
+def test_save_creates_folder_and_roundtrips(tmp_path):
+    ckpt_dir = tmp_path / "run" / "ckpt"
+    c = Checkpointer(str(ckpt_dir))
+    assert c.latest() is None  # folder does not exist yet
+    path = c.save(_state(7), env_steps=7)
+    assert path == str(ckpt_dir / "ckpt-7.pt")
+    assert c.latest() == path
+    loaded = Checkpointer.load(path)
+    assert torch.equal(loaded["w"], torch.full((3,), 7.0))
+    assert loaded["counters"] == {"env_steps": 7}
+    assert _names(ckpt_dir) == ["ckpt-7.pt"]  # no temporary left behind
+
+
+def test_latest_orders_by_env_steps_not_by_name(tmp_path):
+    c = Checkpointer(str(tmp_path), max_to_keep=None)
+    # Saved out of order; "ckpt-900" > "ckpt-1000" as strings.
+    for steps in (1000, 900, 20000, 5):
+        c.save(_state(steps), steps)
+    assert c.latest() == str(tmp_path / "ckpt-20000.pt")
+    assert Checkpointer.load(c.latest())["counters"]["env_steps"] == 20000
+
+
+def test_max_to_keep_prunes_oldest(tmp_path):
+    c = Checkpointer(str(tmp_path), max_to_keep=2)
+    for steps in (100, 200, 300, 400):
+        c.save(_state(steps), steps)
+    assert _names(tmp_path) == ["ckpt-300.pt", "ckpt-400.pt"]
+    assert c.latest() == str(tmp_path / "ckpt-400.pt")
+
+
+def test_max_to_keep_none_keeps_all(tmp_path):
+    c = Checkpointer(str(tmp_path), max_to_keep=None)
+    for steps in range(1, 8):
+        c.save(_state(steps), steps)
+    assert len(_names(tmp_path)) == 7
+
+
+def test_leftover_tmp_is_never_latest(tmp_path):
+    c = Checkpointer(str(tmp_path))
+    good = c.save(_state(100), 100)
+    # A crash in the middle of writing ckpt-200 leaves its temporary file.
+    (tmp_path / "ckpt-200.pt.tmp").write_bytes(b"half a checkpoint")
+    assert c.latest() == good
+    # Other stray files that are not checkpoints are ignored too.
+    (tmp_path / "ckpt-300.pt.bak").write_bytes(b"x")
+    (tmp_path / "ckpt-latest.pt").write_bytes(b"x")
+    assert c.latest() == good
+    # The next save of that step replaces the temporary file atomically.
+    path = c.save(_state(200), 200)
+    assert c.latest() == path
+    assert "ckpt-200.pt.tmp" not in _names(tmp_path)
+
+
+def test_only_tmp_means_no_checkpoint(tmp_path):
+    (tmp_path / "ckpt-50.pt.tmp").write_bytes(b"half")
+    assert Checkpointer(str(tmp_path)).latest() is None
+
+
+@pytest.mark.parametrize("content", [b"this is not a checkpoint" * 4, b""])
+def test_load_garbage_raises_and_keeps_file(tmp_path, content):
+    path = tmp_path / "ckpt-10.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as info:
+        Checkpointer.load(str(path))
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == content  # left untouched
+
+
+def test_load_truncated_checkpoint_raises(tmp_path):
+    c = Checkpointer(str(tmp_path))
+    path = c.save(_state(3), 3)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+    with pytest.raises(CheckpointError, match="ckpt-3.pt"):
+        Checkpointer.load(path)
+    assert os.path.getsize(path) == len(data) // 2
+
+
+def test_load_refuses_pickled_python_object(tmp_path):
+    path = tmp_path / "ckpt-1.pt"
+    torch.save({"w": torch.zeros(2), "obj": NotAWeight()}, str(path))
+    # Sanity: the file is a valid (unsafe) pickle.
+    assert isinstance(torch.load(str(path), weights_only=False)["obj"],
+                      NotAWeight)
+    with pytest.raises(CheckpointError) as info:
+        Checkpointer.load(str(path))
+    assert str(path) in str(info.value)
+    assert path.exists()
+
+
+def test_refusal_message_is_plain_and_gives_no_unsafe_advice(tmp_path):
+    path = tmp_path / "ckpt-1.pt"
+    torch.save({"obj": NotAWeight()}, str(path))
+    with pytest.raises(CheckpointError) as info:
+        Checkpointer.load(str(path))
+    msg = str(info.value)
+    assert "\x1b" not in msg
+    assert "weights_only" not in msg and "can still be loaded" not in msg

@@ -1,0 +1,246 @@
+"""In-process tests of alf/trainers/trainer.py: checkpoint/resume, NaN losses,
+interruption (the CLI's Ctrl-C test is in tests/bin/test_train.py)."""
+import dataclasses
+import glob
+import math
+import os
+
+import gin
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from alf.algorithms import PPOAlgorithm
+from alf.trainers import Trainer, TrainerConfig, TrainingInterrupted
+from alf.trainers.checkpointer import Checkpointer
+from alf.utils.errors import AlfError, TrainingError
+
+SPI = 32  # env steps per iteration: 2 envs x 16 steps
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+def tiny_config(**kw) -> TrainerConfig:
+    args = dict(algorithm_ctor=PPOAlgorithm, env_name="CartPole-v1",
+                num_envs=2, unroll_length=16, mini_batch_size=32,
+                num_updates_per_train_iter=2, num_env_steps=4 * SPI,
+                eval_interval=0, num_eval_episodes=2, summary_interval=2,
+                checkpoint_interval=100, log_interval_seconds=1000.0)
+    args.update(kw)
+    return TrainerConfig(**args)
+
+
+def ckpt_steps(root_dir):
+    return sorted(int(os.path.basename(p)[5:-3])
+                  for p in glob.glob(os.path.join(root_dir, "ckpt",
+                                                  "ckpt-*.pt")))
+
+
+def assert_same(a, b, where="state"):
+    """Exact, recursive equality of nested dicts/lists of tensors."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), where
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), (where, set(a) ^ set(b))
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), where
+    else:
+        assert a == b, (where, a, b)
+
+
+def snapshot_state(trainer):
+    alg = trainer.algorithm
+    return ({k: v.detach().clone() for k, v in alg.state_dict().items()},
+            _clone(alg.optimizer_state_dict()),
+            (trainer.iteration, trainer.env_steps,
+             trainer._episodes.total_episodes))
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    return x
+
+
+# ---- checkpoint -> resume -----------------------------------------------------
+@pytest.mark.timeout(120)
+def test_checkpoint_then_resume_restores_everything(tmp_path):
+    root = str(tmp_path)
+    first = Trainer(root, config=tiny_config())
+    first.train()
+    params, opt_state, counters = snapshot_state(first)
+    rng = torch.get_rng_state()
+    assert counters[:2] == (4, 4 * SPI)
+    assert ckpt_steps(root) == [4 * SPI]
+    assert any(len(s["state"]) for s in opt_state)  # Adam has moments
+
+    second = Trainer(root, config=tiny_config(num_env_steps=8 * SPI))
+    second._build()
+    try:
+        # Freshly built: different from the trained weights.
+        fresh = second.algorithm.state_dict()
+        assert any(not torch.equal(fresh[k], v) for k, v in params.items()
+                   if v.is_floating_point())
+        second._restore()
+        p2, o2, c2 = snapshot_state(second)
+        assert_same(params, p2, "algorithm")
+        assert_same(opt_state, o2, "optimizers")
+        assert c2 == counters
+        assert second.env_steps_at_start == 4 * SPI
+        assert torch.equal(second._rng_state, rng)
+    finally:
+        second._close()
+
+
+@pytest.mark.timeout(120)
+def test_resume_continues_to_larger_budget(tmp_path):
+    root = str(tmp_path)
+    Trainer(root, config=tiny_config()).train()
+    t = Trainer(root, config=tiny_config(num_env_steps=6 * SPI))
+    t.train()
+    assert (t.iteration, t.env_steps) == (6, 6 * SPI)
+    assert ckpt_steps(root) == [4 * SPI, 6 * SPI]
+    # A run that has already finished does nothing.
+    t = Trainer(root, config=tiny_config(num_env_steps=6 * SPI))
+    assert t.train() == {}
+    assert ckpt_steps(root) == [4 * SPI, 6 * SPI]
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_from_other_architecture_is_refused(tmp_path):
+    root = str(tmp_path)
+    Trainer(root, config=tiny_config()).train()
+    other = tiny_config(num_env_steps=8 * SPI, env_name="Acrobot-v1")
+    with pytest.raises(AlfError, match="does not fit"):
+        Trainer(root, config=other).train()
+    assert ckpt_steps(root) == [4 * SPI]
+
+
+# ---- NaN loss -----------------------------------------------------------------
+NAN_ENV_ID = "AlfTestNanReward-v0"
+NAN_AFTER = 40  # steps of one environment; iteration 3 covers steps 33..48
+
+
+class NanRewardEnv(gym.Env):
+    """Reward 1 for ``nan_after`` steps (over all episodes), then NaN."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4, ), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, nan_after=NAN_AFTER, episode_length=10):
+        self._nan_after = nan_after
+        self._episode_length = episode_length
+        self._total = 0
+        self._t = 0
+
+    def _obs(self):
+        return self.np_random.uniform(-1, 1, 4).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self._t += 1
+        self._total += 1
+        reward = float("nan") if self._total > self._nan_after else 1.0
+        return (self._obs(), reward, self._t >= self._episode_length, False,
+                {})
+
+
+if NAN_ENV_ID not in gym.registry:
+    gym.register(id=NAN_ENV_ID, entry_point=NanRewardEnv)
+
+
+@pytest.mark.timeout(120)
+def test_nan_loss_raises_and_writes_no_later_checkpoint(tmp_path):
+    root = str(tmp_path)
+    cfg = tiny_config(env_name=NAN_ENV_ID, num_env_steps=10 * SPI,
+                      checkpoint_interval=1, summary_interval=1)
+    trainer = Trainer(root, config=cfg)
+    with pytest.raises(TrainingError) as info:
+        trainer.train()
+    msg = str(info.value)
+    assert "iteration 3" in msg, msg
+    assert "non-finite" in msg
+    assert "\n" not in msg
+    # Checkpoints of iterations 1 and 2 (before the NaN), none after.
+    steps = ckpt_steps(root)
+    assert steps == [SPI, 2 * SPI]
+    assert max(steps) < 3 * SPI
+    state = Checkpointer.load(Checkpointer(os.path.join(root, "ckpt"))
+                              .latest())
+    assert state["counters"]["iteration"] == 2
+    for name, value in state["algorithm"].items():
+        if value.is_floating_point():
+            assert torch.isfinite(value).all(), name
+    assert not os.path.exists(os.path.join(root, "eval.csv"))
+
+
+# ---- interruption (KeyboardInterrupt raised in-process) -------------------
+def interrupting(method: str, at_call: int):
+    """An algorithm_ctor: PPO whose ``method`` raises KeyboardInterrupt on
+    its ``at_call``-th call."""
+
+    def ctor(**kwargs):
+        alg = PPOAlgorithm(**kwargs)
+        original = getattr(alg, method)
+        calls = [0]
+
+        def wrapped(*args, **kw):
+            calls[0] += 1
+            if calls[0] == at_call:
+                raise KeyboardInterrupt
+            return original(*args, **kw)
+
+        setattr(alg, method, wrapped)
+        return alg
+
+    return ctor
+
+
+def _interrupt(root, method, at_call):
+    cfg = tiny_config(algorithm_ctor=interrupting(method, at_call),
+                      num_env_steps=10 * SPI)
+    with pytest.raises(TrainingInterrupted) as info:
+        Trainer(root, config=cfg).train()
+    steps = ckpt_steps(root)
+    assert len(steps) == 1
+    path = os.path.join(root, "ckpt", f"ckpt-{steps[0]}.pt")
+    assert path in str(info.value)
+    return Checkpointer.load(path)["counters"]
+
+
+@pytest.mark.timeout(120)
+def test_interrupt_during_unroll_saves_consistent_counters(tmp_path):
+    # rollout_step is called 16 times per iteration: call 40 is in iteration 3.
+    counters = _interrupt(str(tmp_path), "rollout_step", 40)
+    assert counters["iteration"] == 2
+    assert counters["env_steps"] == 2 * SPI
+
+
+@pytest.mark.timeout(120)
+def test_interrupt_during_train_iter_saves_consistent_counters(tmp_path):
+    # The first Ctrl-C only requests a stop at the end of the iteration; a
+    # second one (or any KeyboardInterrupt) raises wherever the loop is.
+    counters = _interrupt(str(tmp_path), "train_iter", 3)
+    assert counters["env_steps"] == counters["iteration"] * SPI
