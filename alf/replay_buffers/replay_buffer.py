@@ -54,14 +54,18 @@ class ReplayBuffer(nn.Module):
                 raise ValueError(
                     f"add_batch: leaf {i} has shape {tuple(leaf.shape)}; its "
                     f"first dim must be batch_size={self.batch_size}")
-        for i, leaf in enumerate(leaves):
-            name = f"_storage_{i}"
-            self.register_buffer(
-                name, torch.zeros((self.capacity, ) + tuple(leaf.shape),
-                                  dtype=leaf.dtype,
-                                  device=self._device or leaf.device),
-                persistent=self._persistent)
-            self._leaf_names.append(name)
+        # The first add usually happens during a rollout under
+        # torch.inference_mode(); storage made there could never take part
+        # in autograd, so it is made outside it.
+        with torch.inference_mode(False):
+            for i, leaf in enumerate(leaves):
+                name = f"_storage_{i}"
+                self.register_buffer(
+                    name, torch.zeros((self.capacity, ) + tuple(leaf.shape),
+                                      dtype=leaf.dtype,
+                                      device=self._device or leaf.device),
+                    persistent=self._persistent)
+                self._leaf_names.append(name)
         self._treespec = nest.structure(batch)
 
     def _storage(self):

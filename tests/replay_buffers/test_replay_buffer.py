@@ -271,3 +271,17 @@ def test_add_batch_with_different_structure_raises():
     rb.add_batch({"a": torch.zeros(B), "b": torch.zeros(B)})
     with pytest.raises(ValueError):
         rb.add_batch({"a": torch.ones(B)})
+
+
+def test_storage_made_under_inference_mode_can_be_trained_on():
+    """A buffer first filled during an inference-mode rollout yields normal
+    tensors that autograd can use."""
+    rb = ReplayBuffer(capacity=2, batch_size=3)
+    with torch.inference_mode():
+        rb.add_batch(torch.ones(3, 4))
+        rb.add_batch(torch.ones(3, 4))
+    x = rb.gather_all()
+    assert not x.is_inference()
+    w = torch.ones(4, requires_grad=True)
+    (x.flatten(0, 1) @ w).sum().backward()
+    assert torch.equal(w.grad, torch.full((4, ), 6.0))

@@ -1,0 +1,1 @@
+"""Example configurations (gin files) and an example user algorithm."""
