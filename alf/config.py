@@ -57,7 +57,7 @@ def parse_config(gin_files: Iterable[str],
         ConfigError: for a missing file or an unknown/invalid binding.
     """
     import alf.algorithms  # noqa: F401  (registers configurables)
-    import alf.environments  # noqa: F401
+    import alf.environments.suite_gym  # noqa: F401
     import alf.trainers  # noqa: F401
 
     paths = [find_gin_file(f) for f in gin_files]

@@ -25,19 +25,27 @@ from alf.utils.errors import AlfError, one_line
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
 
 
-def _die_with_parent() -> None:
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Asks the kernel to send ``sig`` to this process when its parent dies
+    (Linux ``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(
-                1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))
         except OSError:
             pass
 
 
+def _exit_on_sigterm(signum, frame):
+    # Unwind normally so that `finally` blocks close environment
+    # subprocesses (and reap them) before this rank exits.
+    raise SystemExit(128 + signum)
+
+
 def _rank_main(rank: int, world_size: int, init_file: str, fn: Callable,
-               args: tuple, reports) -> None:
+               args: tuple, report) -> None:
     """Entry point of one rank process: set up the group, run ``fn``."""
-    _die_with_parent()
+    die_with_parent()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from absl import logging
 
     from alf.trainers import TrainingInterrupted
@@ -54,14 +62,15 @@ def _rank_main(rank: int, world_size: int, init_file: str, fn: Callable,
             logging.warning("%s", e)
         code = EXIT_INTERRUPTED
     except AlfError as e:
-        reports.put((time.time(), rank, "error", one_line(e)))
+        report.send((time.time(), rank, "error", one_line(e)))
         code = EXIT_ERROR
+    except SystemExit as e:  # SIGTERM from the launcher: it knows why
+        code = e.code if isinstance(e.code, int) else EXIT_ERROR
     except BaseException:  # noqa: BLE001 - reported to the launcher
-        reports.put((time.time(), rank, "crash", traceback.format_exc()))
+        report.send((time.time(), rank, "crash", traceback.format_exc()))
         code = EXIT_ERROR
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip atexit handlers of torch/gym in a dying group
+    report.close()
+    sys.exit(code)
 
 
 def _signal_all(procs, sig) -> None:
@@ -92,6 +101,18 @@ def _stop(procs, grace: float) -> None:
         _wait_all(procs, 3.0)
 
 
+def _stop_resource_tracker() -> None:
+    """Stops and reaps multiprocessing's resource tracker, which spawning
+    started; left alone it would outlive the launcher as an orphan."""
+    from multiprocessing import resource_tracker
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass
+
+
 def launch(fn: Callable, args: Sequence, num_processes: int,
            prog: str = "alf", stop_grace: float = 8.0,
            crash_grace: float = 5.0) -> int:
@@ -111,15 +132,19 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
     from alf.utils.distributed import rendezvous_file
 
     ctx = mp.get_context("spawn")
-    reports = ctx.SimpleQueue()
+    # One pipe per rank for its failure report: unlike a queue, a pipe needs
+    # no semaphore for the resource tracker to clean up.
+    pipes = [ctx.Pipe(duplex=False) for _ in range(num_processes)]
     with rendezvous_file() as init_file:
         procs: List[mp.Process] = [
             ctx.Process(target=_rank_main, name=f"alf-rank{r}",
                         args=(r, num_processes, init_file, fn, tuple(args),
-                              reports)) for r in range(num_processes)
+                              pipes[r][1])) for r in range(num_processes)
         ]
         for p in procs:
             p.start()
+        for _, writer in pipes:
+            writer.close()
         interrupted = False
         try:
             while any(p.is_alive() for p in procs):
@@ -136,8 +161,14 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
             _stop(procs, stop_grace)
     codes = [p.exitcode for p in procs]
     messages = []
-    while not reports.empty():
-        messages.append(reports.get())
+    for reader, _ in pipes:
+        if reader.poll():
+            try:
+                messages.append(reader.recv())
+            except EOFError:
+                pass
+        reader.close()
+    _stop_resource_tracker()
     if messages:
         _, rank, kind, text = min(messages)  # the first failure is the cause
         if kind == "error":

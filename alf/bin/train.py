@@ -139,6 +139,8 @@ def main(argv: List[str]) -> int:
         num_processes = _num_processes()
         if num_processes > 1:
             from alf.bin.launch import launch
+            from alf.trainers import TrainerConfig
+            TrainerConfig().per_rank(num_processes)  # sizes must divide
             return launch(train_process, (root_dir, gin_files, gin_params),
                           num_processes, prog="alf.bin.train")
         Trainer(root_dir).train()

@@ -1,2 +1,6 @@
-"""Environments: batched gymnasium environments returning torch tensors."""
-from alf.environments import suite_gym  # noqa: F401
+"""Environments: batched gymnasium environments returning torch tensors.
+
+Submodules are imported where used (``alf.environments.suite_gym``), so that
+environment worker processes, which import `alf.environments.env_fn`, do not
+pay for torch.
+"""

@@ -18,6 +18,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf import nest
 from alf.data_structures import TimeStep
+from alf.environments.env_fn import EnvFn
 from alf.utils.errors import AlfError
 
 __all__ = ["load", "BatchedEnvironment", "check_env_id"]
@@ -141,27 +142,12 @@ def load(env_name: str,
     check_env_id(env_name)
     # The spec, not the id: spawned workers do not see environments that
     # were registered at run time (by a test, or a user's module).
-    env_fns = [_EnvFn(gym.spec(env_name), max_episode_steps, env_kwargs or {},
-                      tuple(wrappers)) for _ in range(num_envs)]
+    env_fns = [EnvFn(gym.spec(env_name), max_episode_steps, env_kwargs or {},
+                     tuple(wrappers), in_worker=asynchronous)
+               for _ in range(num_envs)]
     kw = dict(autoreset_mode=AutoresetMode.SAME_STEP)
     if asynchronous:
         vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
     else:
         vec = SyncVectorEnv(env_fns, **kw)
     return BatchedEnvironment(vec, clip_action=clip_action, seed=seed)
-
-
-class _EnvFn:
-    """A picklable environment constructor (async workers are spawned)."""
-
-    def __init__(self, env_name, max_episode_steps, env_kwargs, wrappers):
-        self.args = (env_name, max_episode_steps, env_kwargs, wrappers)
-
-    def __call__(self) -> gym.Env:
-        env_name, max_episode_steps, env_kwargs, wrappers = self.args
-        env = gym.make(env_name, max_episode_steps=max_episode_steps,
-                       disable_env_checker=True, **env_kwargs)
-        for w in wrappers:
-            env = w(env)
-        return env
-

@@ -1,0 +1,42 @@
+"""A picklable environment constructor for worker subprocesses.
+
+Kept free of torch imports: every environment subprocess unpickles it, and
+importing torch there would cost each worker a second of CPU at start and
+at exit.
+"""
+import signal
+
+import gymnasium as gym
+
+
+class EnvFn:
+    """A picklable environment constructor.
+
+    Args:
+        env_name: an id or `gymnasium.envs.registration.EnvSpec`.
+        max_episode_steps: overrides the registered time limit.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        wrappers: callables ``env -> env``.
+        in_worker: the constructor runs in its own worker subprocess.
+    """
+
+    def __init__(self, env_name, max_episode_steps, env_kwargs, wrappers,
+                 in_worker=False):
+        self.args = (env_name, max_episode_steps, env_kwargs, wrappers)
+        self.in_worker = in_worker
+
+    def __call__(self) -> gym.Env:
+        if self.in_worker:
+            # In a worker subprocess: Ctrl-C is the training process's to
+            # handle (it closes this worker); the kernel ends the worker if
+            # that process dies without closing it.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            from alf.bin.launch import die_with_parent
+            die_with_parent(signal.SIGKILL)
+        env_name, max_episode_steps, env_kwargs, wrappers = self.args
+        env = gym.make(env_name, max_episode_steps=max_episode_steps,
+                       disable_env_checker=True, **env_kwargs)
+        for w in wrappers:
+            env = w(env)
+        return env
+

@@ -1,0 +1,250 @@
+"""Tests of ``alf.bin.compare``: the pure analysis (grid, AUC, verdict,
+compare.csv) by hand computation, and the tool end to end as a subprocess."""
+import csv
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from alf.bin import compare
+from alf.utils.errors import AlfError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def _curve(steps, returns):
+    return {"env_steps": list(steps), "average_return": list(returns)}
+
+
+def _stats(single, ddp):
+    """mode -> seed -> {"final", "auc"} from per-seed (final, auc) pairs."""
+    return {mode: {s: {"final": f, "auc": a} for s, (f, a) in enumerate(vals)}
+            for mode, vals in (("single", single), ("ddp2", ddp))}
+
+
+# ---- grid and interpolation --------------------------------------------------
+def test_align_same_steps_keeps_values():
+    curves = {("single", 0): _curve([100, 200], [1.0, 2.0]),
+              ("ddp2", 0): _curve([100, 200], [3.0, 5.0])}
+    grid, values = compare.align(curves)
+    assert grid.tolist() == [100, 200]
+    assert values[("ddp2", 0)].tolist() == [3.0, 5.0]
+
+
+def test_align_uses_union_of_single_steps_and_interpolates():
+    curves = {("single", 0): _curve([0, 100, 200], [0.0, 10.0, 20.0]),
+              ("single", 1): _curve([0, 150, 200], [0.0, 30.0, 40.0]),
+              ("ddp2", 0): _curve([0, 200], [0.0, 100.0])}
+    grid, values = compare.align(curves)
+    assert grid.tolist() == [0, 100, 150, 200]
+    np.testing.assert_allclose(values[("single", 0)], [0, 10, 15, 20])
+    np.testing.assert_allclose(values[("single", 1)], [0, 20, 30, 40])
+    np.testing.assert_allclose(values[("ddp2", 0)], [0, 50, 75, 100])
+
+
+def test_align_keeps_only_steps_covered_by_all_runs():
+    # The DDP run starts later and ends earlier: no extrapolation.
+    curves = {("single", 0): _curve([0, 100, 200, 300], [0, 1, 2, 3]),
+              ("ddp2", 0): _curve([50, 150, 250], [10, 20, 30])}
+    grid, values = compare.align(curves)
+    assert grid.tolist() == [100, 200]
+    np.testing.assert_allclose(values[("ddp2", 0)], [15, 25])
+
+
+def test_align_errors_name_the_problem():
+    with pytest.raises(AlfError, match="no single evaluation step is covered"):
+        compare.align({("single", 0): _curve([0, 100], [1, 2]),
+                       ("ddp2", 0): _curve([200, 300], [1, 2])})
+    with pytest.raises(AlfError, match="ddp2/seed1 has no row"):
+        compare.align({("single", 0): _curve([0], [1]),
+                       ("ddp2", 1): _curve([], [])})
+
+
+# ---- figures -----------------------------------------------------------------
+def test_normalized_auc_by_hand():
+    # Triangle 0..10 (area 50) then a 20-step plateau at 10 (area 200).
+    assert compare.normalized_auc([0, 10, 30], [0, 10, 10]) == \
+        pytest.approx(250 / 30)
+    assert compare.normalized_auc([5, 7, 9], [4, 4, 4]) == pytest.approx(4)
+    assert compare.normalized_auc([512], [20.0]) == 20.0
+
+
+def test_final_return_averages_last_three():
+    assert compare.final_return([1, 2, 3, 4, 5]) == pytest.approx(4)
+    assert compare.final_return([7.0]) == 7.0
+
+
+# ---- verdict -----------------------------------------------------------------
+def _no_ttest(a, b):
+    return None, "test says no"
+
+
+def test_tolerance_agree_and_disagree():
+    agree, lines = compare.verdict(_stats([(100, 80)], [(120, 70)]),
+                                   tol_rel=0.1, tol_abs=25, pvalue=_no_ttest)
+    assert agree
+    assert "decided by the tolerance criterion" in lines[-1]
+    assert "single" in lines[-1] and "ddp2" in lines[-1]
+    agree, lines = compare.verdict(_stats([(100, 80)], [(130, 80)]),
+                                   tol_rel=0.1, tol_abs=25, pvalue=_no_ttest)
+    assert not agree and "DISAGREE" in lines[-1]
+    assert any(x.startswith("final return") and "EXCEEDED" in x
+               for x in lines)
+
+
+def test_tolerance_is_relative_for_large_returns_and_checks_auc():
+    # |mean single| = 400: bound max(25, 40) = 40.
+    ok, _ = compare.verdict(_stats([(400, 300)], [(365, 300)]), 0.1, 25,
+                            pvalue=_no_ttest)
+    bad, _ = compare.verdict(_stats([(400, 300)], [(355, 300)]), 0.1, 25,
+                             pvalue=_no_ttest)
+    assert ok and not bad
+    auc_off, lines = compare.verdict(_stats([(400, 300)], [(400, 200)]),
+                                     0.1, 25, pvalue=_no_ttest)
+    assert not auc_off
+    assert any(x.startswith("normalized AUC") and "EXCEEDED" in x
+               for x in lines)
+
+
+def test_ttest_decides_when_available():
+    three = _stats([(100, 80), (110, 85), (90, 75)],
+                   [(200, 160), (210, 170), (190, 150)])
+    # A large difference that the (injected) test calls insignificant.
+    agree, lines = compare.verdict(three, 0.1, 25,
+                                   pvalue=lambda a, b: (0.5, ""))
+    assert agree and "decided by the Welch's t-test criterion" in lines[-1]
+    assert any("EXCEEDED" in x for x in lines)  # the tolerance is shown too
+    agree, lines = compare.verdict(_stats([(100, 80)] * 2, [(101, 80)] * 2),
+                                   0.1, 25, pvalue=lambda a, b: (0.01, ""))
+    assert not agree and "t-test" in lines[-1]
+    # If the test cannot be computed for one figure, the tolerance decides.
+    agree, lines = compare.verdict(
+        three, 0.1, 25,
+        pvalue=lambda a, b: (0.5, "") if a[0] == 100 else (None, "nope"))
+    assert not agree and "tolerance" in lines[-1]
+
+
+def test_welch_pvalue_without_scipy_or_seeds(monkeypatch):
+    assert compare.welch_pvalue([1.0], [2.0, 3.0]) == (
+        None, "needs 2 seeds or more per mode")
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import fails
+    assert compare.welch_pvalue([1, 2], [3, 4]) == (
+        None, "scipy is not installed")
+
+
+def test_welch_pvalue_calls_welch_variant(monkeypatch):
+    # Without scipy installed: a stand-in records the call.
+    calls = []
+
+    def ttest_ind(a, b, equal_var=True):
+        calls.append((list(a), list(b), equal_var))
+        return types.SimpleNamespace(pvalue=float("nan") if a == b else 0.2)
+
+    fake = types.SimpleNamespace(stats=types.SimpleNamespace(
+        ttest_ind=ttest_ind))
+    monkeypatch.setitem(sys.modules, "scipy", fake)
+    assert compare.welch_pvalue([1, 2], [3, 5]) == (0.2, "")
+    assert calls == [([1, 2], [3, 5], False)]  # Welch: unequal variances
+    assert compare.welch_pvalue([4, 4], [4, 4]) == (
+        None, "no spread across seeds")
+
+
+def test_welch_pvalue_with_scipy():
+    pytest.importorskip("scipy")
+    p, _ = compare.welch_pvalue([100, 101, 102], [1, 2, 3.5])
+    assert p < 0.001
+    p, _ = compare.welch_pvalue([1, 2, 3], [1, 2, 3])
+    assert p == pytest.approx(1.0)
+    assert compare.welch_pvalue([5, 5], [5, 5])[0] is None
+
+
+# ---- files and commands --------------------------------------------------------
+def test_compare_csv_is_long_format(tmp_path):
+    path = str(tmp_path / "compare.csv")
+    compare.write_compare_csv(path, np.array([512, 1024]), {
+        ("single", 0): np.array([10.0, 20.5]),
+        ("ddp2", 0): np.array([12.0, 30.0])})
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["env_steps", "mode", "seed", "average_return"]
+    assert [(r["env_steps"], r["mode"], r["seed"], float(r["average_return"]))
+            for r in rows] == [("512", "single", "0", 10.0),
+                               ("1024", "single", "0", 20.5),
+                               ("512", "ddp2", "0", 12.0),
+                               ("1024", "ddp2", "0", 30.0)]
+
+
+def test_train_commands():
+    jobs = compare.train_commands("/r", ["a.gin"], ["X.y=1"], 3, 2)
+    assert list(jobs) == [("single", 0), ("ddp3", 0), ("single", 1),
+                          ("ddp3", 1)]
+    single, ddp = jobs[("single", 1)], jobs[("ddp3", 1)]
+    assert single[1:3] == ["-m", "alf.bin.train"]
+    assert "--distributed" not in single
+    assert ddp[ddp.index("--distributed"):][:4] == [
+        "--distributed", "multi-process", "--num_processes", "3"]
+    assert single[single.index("--root_dir") + 1] == "/r/single/seed1"
+    # The user's params are passed, the seed comes last so that it wins.
+    assert single[-4:] == ["--gin_param", "X.y=1", "--gin_param",
+                           "TrainerConfig.seed=1"]
+
+
+# ---- end to end ----------------------------------------------------------------
+SHORT = ["TrainerConfig.num_env_steps=2048", "TrainerConfig.eval_interval=2",
+         "TrainerConfig.num_eval_episodes=2"]  # 8 iterations of 8 x 32 steps
+
+
+def _run_tool(root, params=SHORT):
+    cmd = [sys.executable, "-m", "alf.bin.compare", "--gin_file",
+           "ppo_cart_pole.gin", "--num_processes", "2", "--seeds", "1",
+           "--root_dir", str(root)]
+    for p in params:
+        cmd += ["--gin_param", p]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE")}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=150,
+                          cwd=REPO, env=env)
+
+
+@pytest.mark.timeout(300)
+def test_end_to_end_short_cart_pole(tmp_path):
+    res = _run_tool(tmp_path)
+    assert res.returncode in (0, 3), res.stdout + res.stderr
+    with open(tmp_path / "compare.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    steps = {m: [int(r["env_steps"]) for r in rows if r["mode"] == m]
+             for m in ("single", "ddp2")}
+    assert steps == {"single": [512, 1024, 1536, 2048],
+                     "ddp2": [512, 1024, 1536, 2048]}
+    with open(tmp_path / "compare.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    verdict = [x for x in res.stdout.splitlines() if x.startswith("verdict:")]
+    assert len(verdict) == 1 and "single" in verdict[0] and \
+        "ddp2" in verdict[0], res.stdout
+    assert ("AGREE" in verdict[0]) == (res.returncode == 0)
+    for log in ("single/seed0.log", "ddp2/seed0.log"):
+        assert os.path.getsize(tmp_path / log) > 0
+    # Running again reuses both finished runs and gives the same figures.
+    again = _run_tool(tmp_path)
+    assert again.returncode == res.returncode, again.stdout + again.stderr
+    assert again.stdout.count(": reused") == 2, again.stdout
+    report = res.stdout.split("compare.png\n", 1)[1]  # table and verdict
+    assert again.stdout.endswith(report) and "mode" in report
+
+
+@pytest.mark.timeout(120)
+def test_failed_run_names_run_and_log(tmp_path):
+    res = _run_tool(tmp_path, SHORT + ["TrainerConfig.no_such_value=1"])
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    log = str(tmp_path / "single" / "seed0.log")
+    assert lines[0].startswith("alf.bin.compare: error: run single/seed0 "
+                               "failed"), lines[0]
+    assert "no_such_value" in lines[0] and lines[0].endswith(log)
+    assert os.path.exists(log)
+    assert not os.path.exists(tmp_path / "ddp2")  # stopped at the first
