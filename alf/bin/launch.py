@@ -61,6 +61,8 @@ def _rank_main(rank: int, world_size: int, init_file: str, fn: Callable,
         if rank == 0:
             logging.warning("%s", e)
         code = EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # Ctrl-C before training started: no state
+        code = EXIT_INTERRUPTED
     except AlfError as e:
         report.send((time.time(), rank, "error", one_line(e)))
         code = EXIT_ERROR

@@ -35,6 +35,10 @@ class Categorical:
         """The most likely action, shape [B]."""
         return self.log_probs.argmax(-1)
 
+    def params(self) -> tuple:
+        """Tensors that rebuild this distribution: ``Categorical(*params)``."""
+        return (self.log_probs, )
+
     def kl(self, other: "Categorical") -> torch.Tensor:
         """KL(self || other), shape [B]."""
         return (self.log_probs.exp() *
@@ -71,6 +75,10 @@ class DiagGaussian:
     def mode(self) -> torch.Tensor:
         """The mean, shape [B, A]."""
         return self.mean
+
+    def params(self) -> tuple:
+        """Tensors that rebuild this distribution: ``DiagGaussian(*params)``."""
+        return (self.mean, self.log_std)
 
     def kl(self, other: "DiagGaussian") -> torch.Tensor:
         """KL(self || other), shape [B]."""

@@ -137,16 +137,17 @@ def standardize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
 
     With equal per-rank sizes, N ranks holding parts of a batch get exactly
     what one process holding the whole batch would (one all-reduce of three
-    scalars).
+    scalars). The std is the population one, so a single element gives 0,
+    not NaN.
     """
     if not is_distributed():
-        return (x - x.mean()) / (x.std() + eps)
+        return (x - x.mean()) / (x.std(correction=0) + eps)
     sums = torch.stack([x.sum(), x.square().sum(),
                         torch.tensor(float(x.numel()))]).double()
     dist.all_reduce(sums)
     n = sums[2]
     mean = sums[0] / n
-    var = (sums[1] - n * mean * mean) / (n - 1)
+    var = sums[1] / n - mean * mean
     return (x - mean.to(x.dtype)) / (var.clamp(min=0).sqrt().to(x.dtype) + eps)
 
 
@@ -176,29 +177,36 @@ def synced_state(module: nn.Module) -> List[Tuple[str, torch.Tensor]]:
 
 # ---- the decorator ----------------------------------------------------------
 class _MethodPerformer(nn.Module):
-    """The module DDP wraps: its forward runs one method of ``module``."""
+    """The module DDP wraps: ``forward(method, ...)`` runs ``method(module,
+    ...)``.
 
-    def __init__(self, module: nn.Module, method: Callable):
+    One performer (one DDP reducer) serves every decorated method of a
+    module. Two DDP modules over the same parameters do not work together:
+    each reducer hooks every parameter, and once one of them has a parameter
+    without gradient (PPG's auxiliary head in the policy phase) the next
+    backward through the other fails ("Encountered gradient which is
+    undefined, but still allreduced by DDP reducer", torch 2.13).
+    """
+
+    def __init__(self, module: nn.Module):
         super().__init__()
         self.module = module
-        self._method = method
 
-    def forward(self, *args, **kwargs):
-        return self._method(self.module, *args, **kwargs)
+    def forward(self, method: Callable, *args, **kwargs):
+        return method(self.module, *args, **kwargs)
 
 
 @gin.configurable
-def make_ddp_performer(module: nn.Module, method: Callable,
+def make_ddp_performer(module: nn.Module,
                        find_unused_parameters: bool = False,
                        bucket_cap_mb: float = 25.0,
                        gradient_as_bucket_view: bool = True,
                        static_graph: bool = False,
                        broadcast_buffers: bool = True) -> DDP:
-    """Builds the DDP module that runs ``method`` on ``module``.
+    """Builds the DDP module through which ``module``'s decorated methods run.
 
     Args:
-        module: the module whose parameters the method uses.
-        method: the undecorated function ``method(module, *args)``.
+        module: the module whose parameters the methods use.
         find_unused_parameters: set when some parameters get no gradient in
             some calls (PPG's auxiliary head in the policy phase).
         bucket_cap_mb: DDP's gradient bucket size.
@@ -208,7 +216,7 @@ def make_ddp_performer(module: nn.Module, method: Callable,
         broadcast_buffers: broadcast rank 0's buffers at every forward.
             Replay-buffer storage is always excluded.
     """
-    performer = _MethodPerformer(module, method)
+    performer = _MethodPerformer(module)
     ignore = ["module." + n for n in _replay_buffer_names(module)]
     DDP._set_params_and_buffers_to_ignore_for_model(performer, ignore)
     device = next(module.parameters()).device
@@ -271,13 +279,11 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 # Without gradients there is nothing to all-reduce, and
                 # evaluation (rank 0 only) must never enter a collective.
                 return method(self, *args, **kwargs)
-            performer = state["performers"].get(name)
-            if performer is None:
-                performer = make_ddp_performer(self, method)
-                state["performers"][name] = performer
+            if state["performer"] is None:
+                state["performer"] = make_ddp_performer(self)
             if call_order_check():
                 _check_call_order(state, name)
-            return performer(*args, **kwargs)
+            return state["performer"](method, *args, **kwargs)
 
         wrapper._alf_data_distributed = True
         return wrapper
@@ -291,10 +297,11 @@ def data_distributed(method):
     Decorate the method of an `nn.Module` whose result depends on the
     parameters and is backpropagated (a loss, an unroll). After
     `activate_ddp(module)` in a process group of more than one process, each
-    call with gradients enabled goes through a DDP module built (once, lazily,
-    per method) for it, so gradients are averaged across ranks in backward.
-    The DDP module is cached on the module but is not a submodule: it never
-    enters ``state_dict``. Outside that, the method runs untouched.
+    call with gradients enabled goes through a DDP module built (once,
+    lazily, on the first call; one per module, shared by its decorated
+    methods) so that gradients are averaged across ranks in backward. The DDP
+    module is cached on the module but is not a submodule: it never enters
+    ``state_dict``. Outside that, the method runs untouched.
 
     Several decorated methods on one module must be called in the same order
     on every rank; `call_order_check` verifies it before each call.
@@ -312,7 +319,7 @@ def activate_ddp(module: nn.Module) -> None:
     if not is_distributed():
         return
     for sub in module.modules():
-        sub.__dict__["_alf_ddp"] = {"performers": {}, "calls": 0}
+        sub.__dict__["_alf_ddp"] = {"performer": None, "calls": 0}
     tensors = [t for _, t in synced_state(module)]
     with torch.no_grad():
         for t in tensors:

@@ -1,0 +1,126 @@
+"""Phasic Policy Gradient (Cobbe et al., 2020).
+
+Two phases, two data-distributed methods:
+
+* policy phase, every iteration: PPO on the unroll (`PPOAlgorithm`'s
+  ``minibatch_loss``: clipped surrogate on the policy, value loss on the
+  separate value network). Each unroll's observations and value targets also
+  go into an auxiliary `ReplayBuffer`.
+* auxiliary phase, once the auxiliary buffer holds ``aux_interval`` unrolls:
+  ``aux_epochs`` passes over all of them in minibatches (`aux_minibatch_loss`)
+  with
+
+      L_joint = 0.5 (V_aux(s) - V_targ)^2 + clone_coef KL(pi_old(.|s) || pi(.|s))
+      L_value = 0.5 (V(s) - V_targ)^2
+
+  where pi_old is the policy just before the phase; the buffer is then
+  cleared.
+
+Every rank reaches the auxiliary phase at the same iteration (same sizes), so
+the two methods are called in the same order everywhere. The policy phase
+leaves the auxiliary head unused: PPG configs set
+``make_ddp_performer.find_unused_parameters = True``.
+"""
+from typing import NamedTuple, Optional
+
+import gin
+import torch
+
+from alf import nest
+from alf.algorithms.ppo_algorithm import PPOAlgorithm, PPOBatch
+from alf.data_structures import LossInfo
+from alf.networks.policy_value import DisjointPolicyValueNetwork
+from alf.replay_buffers import ReplayBuffer, iterate_minibatches
+from alf.utils import distributed
+from alf.utils.errors import ConfigError
+
+
+class AuxBatch(NamedTuple):
+    """One auxiliary-phase minibatch; leading dim [M]."""
+
+    observation: torch.Tensor
+    returns: torch.Tensor  # value target from the policy phase
+    old_dist_params: tuple = ()  # pi_old, as distribution parameters
+
+
+@gin.configurable
+class PPGAlgorithm(PPOAlgorithm):
+    """PPO's policy phase plus PPG's auxiliary phase.
+
+    Args:
+        observation_space, action_space, config: see `PPOAlgorithm`.
+        aux_interval: policy-phase iterations between auxiliary phases
+            (N_pi in the paper).
+        aux_epochs: passes over the auxiliary buffer per phase (E_aux).
+        aux_mini_batch_size: global minibatch size of the auxiliary phase
+            (default: ``config.mini_batch_size``); divided among ranks.
+        clone_coef: weight of the KL term keeping the policy close to its
+            pre-phase self (beta_clone).
+        actor_network_ctor: must build a network with ``forward_with_aux``.
+        **kwargs: `PPOAlgorithm`'s hyperparameters.
+    """
+
+    def __init__(self, observation_space, action_space, config,
+                 aux_interval: int = 32, aux_epochs: int = 6,
+                 aux_mini_batch_size: Optional[int] = None,
+                 clone_coef: float = 1.0,
+                 actor_network_ctor=DisjointPolicyValueNetwork, **kwargs):
+        super().__init__(observation_space, action_space, config,
+                         actor_network_ctor=actor_network_ctor, **kwargs)
+        if not hasattr(self.actor, "forward_with_aux"):
+            raise ConfigError(
+                f"PPGAlgorithm needs an actor network with an auxiliary value "
+                f"head (forward_with_aux), e.g. DisjointPolicyValueNetwork; "
+                f"got {type(self.actor).__name__}")
+        self._aux_epochs = aux_epochs
+        self._clone_coef = clone_coef
+        world = distributed.get_world_size()
+        aux_mbs = aux_mini_batch_size or config.mini_batch_size * world
+        if aux_mbs % world:
+            raise ConfigError(f"PPGAlgorithm.aux_mini_batch_size={aux_mbs} "
+                              f"does not divide among {world} processes")
+        self._aux_mini_batch_size = aux_mbs // world
+        self.aux_buffer = ReplayBuffer(aux_interval,
+                                       config.unroll_length * config.num_envs)
+
+    def _prepare_batch(self, exp) -> PPOBatch:
+        batch = super()._prepare_batch(exp)
+        self.aux_buffer.add_batch(AuxBatch(batch.observation, batch.returns))
+        return batch
+
+    def train_on_unroll(self, exp, progress: float):
+        stats = super().train_on_unroll(exp, progress)
+        if self.aux_buffer.num_steps == self.aux_buffer.capacity:
+            stats.update(self._auxiliary_phase())
+        return stats
+
+    def _auxiliary_phase(self):
+        data = self.aux_buffer.gather_all()  # [aux_interval, T*B, ...]
+        self.aux_buffer.clear()
+        flat = nest.map_structure(lambda x: x.flatten(0, 1), data)
+        with torch.no_grad():
+            old = self.actor(flat.observation).params()
+        batch = AuxBatch(flat.observation, flat.returns, old)
+        stats = []
+        for _ in range(self._aux_epochs):
+            for mb in iterate_minibatches(batch, self._aux_mini_batch_size):
+                loss_info = self.aux_minibatch_loss(mb)
+                self.update_with_gradient(loss_info, self._max_grad_norm)
+                stats.append(torch.stack(list(loss_info.extra.values())))
+        means = torch.stack(stats).mean(0)
+        return {f"aux/{k}": v for k, v in zip(loss_info.extra, means)}
+
+    @distributed.data_distributed
+    def aux_minibatch_loss(self, mb: AuxBatch) -> LossInfo:
+        """The auxiliary-phase loss of one minibatch (see the module doc)."""
+        dist, aux_value = self.actor.forward_with_aux(mb.observation)
+        old = type(dist)(*mb.old_dist_params)
+        kl = old.kl(dist).mean()
+        aux_value_loss = 0.5 * (aux_value - mb.returns).square().mean()
+        value_loss = 0.5 * (self.value_net(mb.observation) -
+                            mb.returns).square().mean()
+        loss = aux_value_loss + self._clone_coef * kl + value_loss
+        return LossInfo(loss, dict(aux_value_loss=aux_value_loss.detach(),
+                                   kl=kl.detach(),
+                                   value_loss=value_loss.detach(),
+                                   loss=loss.detach()))

@@ -1,0 +1,49 @@
+"""PPG's policy network: an actor with an auxiliary value head.
+
+Phasic Policy Gradient keeps the value network separate from the policy (so
+value training cannot disturb the policy's features) and distils value
+information into the policy's features through an auxiliary value head that
+is trained only in the auxiliary phase.
+"""
+from typing import Sequence, Tuple
+
+import gin
+import torch
+from torch import nn
+
+from alf.networks.actor import ActorDistributionNetwork
+from alf.networks.encoding import orthogonal_init
+
+
+@gin.configurable
+class DisjointPolicyValueNetwork(nn.Module):
+    """An `ActorDistributionNetwork` plus a value head on its features.
+
+    ``forward`` returns the action distribution, like any actor network, so
+    PPO's policy loss uses it unchanged (the auxiliary head is then unused:
+    distributed training needs ``find_unused_parameters``).
+
+    Args:
+        observation_space, action_space, hidden_sizes, activation,
+            init_log_std: as for `ActorDistributionNetwork`.
+    """
+
+    def __init__(self, observation_space, action_space,
+                 hidden_sizes: Sequence[int] = (64, 64),
+                 activation: str = "tanh", init_log_std: float = 0.0):
+        super().__init__()
+        self.actor = ActorDistributionNetwork(observation_space, action_space,
+                                              hidden_sizes, activation,
+                                              init_log_std)
+        self.aux_value_head = orthogonal_init(
+            nn.Linear(self.actor.encoder.output_size, 1), 1.0)
+
+    def forward(self, observation: torch.Tensor):
+        """The action distribution for a batch of observations."""
+        return self.actor(observation)
+
+    def forward_with_aux(self, observation: torch.Tensor) -> Tuple:
+        """The action distribution and the auxiliary values [B]."""
+        features = self.actor.encoder(observation)
+        dist = self.actor.distribution(self.actor.head(features))
+        return dist, self.aux_value_head(features).squeeze(-1)

@@ -1,0 +1,118 @@
+"""PPG: the auxiliary-phase loss by hand, the phase schedule, and 2 ranks
+through auxiliary phases staying equal (and equal to one process)."""
+import gin
+import gymnasium as gym
+import pytest
+import torch
+
+from alf import nest
+from alf.algorithms.ppg_algorithm import AuxBatch, PPGAlgorithm
+from alf.data_structures import Experience
+from alf.trainers.trainer_config import TrainerConfig
+from alf.utils import distributed
+from alf.utils.distributed import activate_ddp
+from distributed_harness import run_ranks, values
+
+T, B, OBS = 8, 4, 3
+OBS_SPACE = gym.spaces.Box(-10, 10, (OBS, ))
+
+
+def _ppg(world_size=1, aux_interval=2, **kw):
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, mini_batch_size=T * B,
+                        num_updates_per_train_iter=2).per_rank(world_size)
+    torch.manual_seed(0)
+    return PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg,
+                        aux_interval=aux_interval, aux_epochs=2,
+                        aux_mini_batch_size=aux_interval * T * B, **kw)
+
+
+def test_aux_loss_matches_hand_computation():
+    alg = _ppg(clone_coef=0.7)
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randn(5, OBS, generator=g)
+    returns = torch.randn(5, generator=g)
+    old_logits = torch.randn(5, 3, generator=g)
+    old = torch.log_softmax(old_logits, -1)
+    loss = alf_loss = alg.aux_minibatch_loss(AuxBatch(obs, returns, (old, )))
+
+    # By hand: run the layers explicitly, then the formulas of the paper.
+    h = obs
+    for layer in alg.actor.actor.encoder.layers:
+        h = torch.tanh(h @ layer.weight.T + layer.bias)
+    logits = h @ alg.actor.actor.head.weight.T + alg.actor.actor.head.bias
+    aux_v = (h @ alg.actor.aux_value_head.weight.T +
+             alg.actor.aux_value_head.bias).squeeze(-1)
+    v = alg.value_net(obs)
+    p_old = old.exp()
+    log_p_new = logits - logits.logsumexp(-1, keepdim=True)
+    kl = (p_old * (old - log_p_new)).sum(-1).mean()
+    expected = (0.5 * ((aux_v - returns)**2).mean() + 0.7 * kl +
+                0.5 * ((v - returns)**2).mean())
+    assert torch.allclose(alf_loss.loss, expected, atol=1e-6)
+    assert torch.allclose(loss.extra["kl"], kl, atol=1e-6)
+    assert kl > 0.01  # the KL term is really exercised
+    # Gradients reach the auxiliary head, the policy and the value network.
+    alf_loss.loss.backward()
+    for p in (alg.actor.aux_value_head.weight, alg.actor.actor.head.weight,
+              alg.value_net.head.weight):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_kl_term_is_zero_against_the_current_policy():
+    alg = _ppg()
+    obs = torch.randn(6, OBS)
+    with torch.no_grad():
+        old = alg.actor(obs).params()
+    loss = alg.aux_minibatch_loss(AuxBatch(obs, torch.zeros(6), old))
+    assert abs(loss.extra["kl"].item()) < 1e-6
+
+
+def _unrolls(n):
+    g = torch.Generator().manual_seed(7)
+    out = []
+    for _ in range(n):
+        raw = torch.randn(T + 1, B, OBS, generator=g)
+        out.append(Experience(
+            observation=raw[:-1],
+            action=torch.randint(0, 3, (T, B), generator=g),
+            reward=torch.rand(T, B, generator=g),
+            terminated=torch.rand(T, B, generator=g) < 0.1,
+            truncated=torch.zeros(T, B, dtype=torch.bool),
+            next_observation=raw[1:], rollout_info=torch.full((T, B), -1.1)))
+    return out
+
+
+def _train_ppg(rank, world_size, iterations=4):
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters", True)
+    alg = _ppg(world_size)
+    activate_ddp(alg)
+    cols = slice(rank * B // world_size, (rank + 1) * B // world_size)
+    aux_phases = 0
+    for exp in _unrolls(iterations):
+        for t in range(T):
+            alg.store(nest.map_structure(lambda x: x[t, cols], exp))
+        stats = alg.train_iter(0.0)
+        aux_phases += "aux/kl" in stats
+    distributed.check_weights_equal(alg)
+    return aux_phases, {n: t.clone() for n, t in
+                        distributed.synced_state(alg)}
+
+
+def test_aux_phase_runs_every_aux_interval_iterations():
+    phases, _ = _train_ppg(0, 1, iterations=5)
+    assert phases == 2
+
+
+@pytest.mark.timeout(120)
+def test_two_ranks_through_aux_phases_equal_one_process():
+    phases, single = _train_ppg(0, 1)
+    ranks = values(run_ranks(_train_ppg, 2))
+    assert phases == 2 and all(r[0] == 2 for r in ranks)
+    for name, ref in single.items():
+        for _, state in ranks:
+            diff = (state[name] - ref).abs().max().item()
+            assert diff <= 1e-5, f"{name}: {diff}"
+    # The auxiliary head was trained (and identically on both ranks).
+    w = "actor.aux_value_head.weight"
+    assert not torch.allclose(_ppg().state_dict()[w], single[w])
