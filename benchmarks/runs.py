@@ -1,7 +1,9 @@
-"""Helpers for benchmark scripts: run the train CLI, read its eval.csv."""
+"""Helpers for benchmark scripts: run the train CLI (curves, throughput)."""
 import os
+import re
 import subprocess
 import sys
+import time
 from typing import Dict, List, Sequence
 
 from alf.trainers.evaluator import read_eval_csv
@@ -61,3 +63,49 @@ def print_curves(results: Dict[int, Dict[str, list]],
         print(f"{int(step):10d} " + " ".join(f"{v:9.1f}" for v in vals) +
               f" {means[-1]:9.1f}")
     return means
+
+
+_PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
+
+
+def train_throughput(gin_files: Sequence[str], params: Sequence[str],
+                     root_dir: str, num_processes: int = 1,
+                     extra_args: Sequence[str] = ()) -> Dict[str, float]:
+    """Trains once with the CLI and measures its throughput.
+
+    ``num_processes`` 1 runs ``--distributed none``; more runs
+    ``--distributed multi-process``. ``root_dir`` must not hold an earlier
+    run (it would be resumed).
+
+    Returns:
+        ``rate``: env steps/s from the trainer's last progress line (training
+        only: no evaluation, no start-up); ``wall``: seconds of the whole
+        command; ``wall_rate``: env steps / ``wall`` (start-up, process
+        spawn and the final evaluation included); ``env_steps``.
+
+    Raises:
+        RuntimeError: if the run fails or prints no progress line (its
+            output is kept in ``root_dir + ".log"``).
+    """
+    cmd = [sys.executable, "-m", "alf.bin.train", "--root_dir", root_dir]
+    for f in gin_files:
+        cmd += ["--gin_file", f]
+    for p in params:
+        cmd += ["--gin_param", p]
+    if num_processes > 1:
+        cmd += ["--distributed", "multi-process", "--num_processes",
+                str(num_processes)]
+    cmd += list(extra_args)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - start
+    found = _PROGRESS.findall(proc.stdout)
+    if proc.returncode != 0 or not found:
+        with open(root_dir + ".log", "w") as f:
+            f.write(" ".join(cmd) + "\n" + proc.stdout)
+        raise RuntimeError(f"training failed (exit {proc.returncode}); see "
+                           f"{root_dir}.log")
+    steps, _, rate = (int(x) for x in found[-1])
+    return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
+            "env_steps": steps}

@@ -1,7 +1,9 @@
-r"""Does ppo_cart_pole.gin reach an evaluation return of 475 within 100k env
+r"""Does a CartPole config reach an evaluation return of 475 within 100k env
 steps? Trains one run per seed (two at a time) and prints a table.
 
-    python benchmarks/ppo_cart_pole_seeds.py --seeds 5 [--root DIR]
+    python benchmarks/cart_pole_seeds.py --seeds 5 [--gin_file ppg_cart_pole.gin]
+    python benchmarks/cart_pole_seeds.py --seeds 5 --gin_file ppg_cart_pole.gin \
+        --parallel 1 --extra=--distributed=multi-process --extra=--num_processes=2
 """
 import argparse
 import tempfile
@@ -11,20 +13,24 @@ from runs import first_reaching, train_runs
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gin_file", default="ppo_cart_pole.gin")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--parallel", type=int, default=2,
+                        help="runs at a time (1 for 2-process runs)")
     parser.add_argument("--num_env_steps", type=int, default=100_000)
     parser.add_argument("--threshold", type=float, default=475.0)
     parser.add_argument("--root", default=None,
                         help="keep the runs here (default: a temp folder)")
-    parser.add_argument("--extra", nargs="*", default=[],
-                        help="extra CLI arguments, e.g. --distributed ...")
+    parser.add_argument("--extra", action="append", default=[],
+                        help="an extra train CLI argument (repeat), e.g. "
+                        "--extra=--distributed=multi-process")
     args = parser.parse_args()
-    root = args.root or tempfile.mkdtemp(prefix="ppo_cart_pole_seeds_")
-    results = train_runs("ppo_cart_pole.gin", root, range(args.seeds), [
+    root = args.root or tempfile.mkdtemp(prefix="cart_pole_seeds_")
+    results = train_runs(args.gin_file, root, range(args.seeds), [
         f"TrainerConfig.num_env_steps={args.num_env_steps}",
         "TrainerConfig.eval_interval=10"
-    ], extra_args=args.extra)
-    print(f"runs in {root}")
+    ], parallel=args.parallel, extra_args=args.extra)
+    print(f"{args.gin_file} {' '.join(args.extra)}: runs in {root}")
     print(f"{'seed':>4s} {'first env steps with return >= ' + str(int(args.threshold)):>38s}"
           f" {'best return':>12s} {'final return':>13s}")
     passed = 0
