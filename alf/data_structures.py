@@ -26,6 +26,9 @@ class TimeStep(NamedTuple):
     terminated: torch.Tensor
     truncated: torch.Tensor
     final_observation: Any = None
+    # Per-episode metrics (e.g. success) where an episode ended at this step:
+    # name -> float [B], NaN in the other rows. Empty on most steps.
+    episode_info: dict = {}
 
     @property
     def done(self) -> torch.Tensor:

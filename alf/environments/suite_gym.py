@@ -8,7 +8,7 @@ default next-step mode), and a time-limit truncation can bootstrap from the
 value of the observation that really ended the episode.
 """
 import difflib
-from typing import Optional
+from typing import Dict, Optional
 
 import gin
 import gymnasium as gym
@@ -61,12 +61,26 @@ class BatchedEnvironment:
         num_envs: number of sub-environments (the batch size B).
         observation_space: space of one sub-environment's observation.
         action_space: space of one sub-environment's action.
+        episode_info: names of the per-episode metrics that `step` reports
+            in ``TimeStep.episode_info`` (see the constructor).
+
+    Args:
+        vec_env: a gymnasium vector env in same-step autoreset mode.
+        clip_action: clip Box actions to the action space's bounds.
+        seed: seed of the first `reset`.
+        episode_info: metric name -> key of the sub-environments' ``info``
+            at an episode's last step (e.g. ``{"success_rate":
+            "arrive_dest"}``); the value is averaged over finished episodes
+            in training summaries and evaluations.
     """
 
     def __init__(self, vec_env: gym.vector.VectorEnv, clip_action=True,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None,
+                 episode_info: Optional[Dict[str, str]] = None):
         self._env = vec_env
         self._first_seed = seed
+        self._episode_info = dict(episode_info or {})
+        self.episode_info = tuple(self._episode_info)
         self.num_envs = vec_env.num_envs
         self.observation_space = vec_env.single_observation_space
         self.action_space = vec_env.single_action_space
@@ -94,14 +108,29 @@ class BatchedEnvironment:
         if self._clip is not None:
             a = np.clip(a, *self._clip)
         obs, reward, terminated, truncated, info = self._env.step(a)
-        final = None
+        final, episode_info = None, {}
         if "_final_obs" in info and info["_final_obs"].any():
             final = self._obs(_merge_final(obs, info["final_obs"],
                                            info["_final_obs"]))
+            episode_info = self._final_metrics(info.get("final_info", {}))
         return TimeStep(self._obs(obs),
                         torch.from_numpy(reward.astype(np.float32)),
                         torch.from_numpy(terminated),
-                        torch.from_numpy(truncated), final)
+                        torch.from_numpy(truncated), final, episode_info)
+
+    def _final_metrics(self, final_info: dict) -> Dict[str, torch.Tensor]:
+        """Metric name -> float [B]: the value where an episode ended, NaN
+        elsewhere (also where the environment did not report it)."""
+        out = {}
+        for name, key in self._episode_info.items():
+            value = torch.full((self.num_envs, ), float("nan"))
+            if key in final_info:
+                mask = torch.from_numpy(np.asarray(final_info["_" + key]))
+                got = torch.from_numpy(
+                    np.asarray(final_info[key], dtype=np.float32))
+                value[mask] = got[mask]
+            out[name] = value
+        return out
 
     def _obs(self, obs):
         if isinstance(obs, np.ndarray):

@@ -31,15 +31,23 @@ class Evaluator:
         ts = self._env.reset()
         returns = torch.zeros(n)
         lengths = torch.zeros(n)
+        metrics = {name: torch.full((n, ), float("nan"))
+                   for name in getattr(self._env, "episode_info", ())}
         running = torch.ones(n, dtype=torch.bool)
         while running.any():
             obs = algorithm.observe(ts.observation, update=False)
             ts = self._env.step(algorithm.predict_step(obs).output)
             returns += ts.reward * running
             lengths += running
+            ending = running & ts.done
+            for name, value in ts.episode_info.items():
+                metrics[name][ending] = value[ending]
             running &= ~ts.done
-        return {"average_return": returns.mean().item(),
-                "average_episode_length": lengths.mean().item()}
+        out = {"average_return": returns.mean().item(),
+               "average_episode_length": lengths.mean().item()}
+        for name, value in metrics.items():
+            out[name] = value.nanmean().item()
+        return out
 
     def close(self):
         """Closes the evaluation environments."""

@@ -3,7 +3,6 @@
 `train` runs in one process; distributed training runs it in every rank with
 the process group already set up. Rank 0 alone writes files and the console.
 """
-import collections
 import math
 import os
 import signal
@@ -17,6 +16,7 @@ from absl import logging
 
 from alf.data_structures import Experience
 from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import Evaluator, append_eval_csv
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
@@ -27,47 +27,6 @@ _SEED_STRIDE = 10007  # env seeds of a resumed run differ from the first run's
 
 class TrainingInterrupted(AlfError):
     """Ctrl-C: a checkpoint was saved and the run can be resumed."""
-
-
-class EpisodeStats:
-    """Returns and lengths of training episodes, per environment, in tensors."""
-
-    def __init__(self, num_envs: int, window: int = 100):
-        self._ret = torch.zeros(num_envs)
-        self._len = torch.zeros(num_envs)
-        self.recent = collections.deque(maxlen=window)  # (return, length)
-        # Sums since the last summary: [return, length, episodes].
-        self.interval = torch.zeros(3, dtype=torch.float64)
-        self.total_episodes = 0
-
-    def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
-        """Adds one step's rewards; records the episodes that ``done`` ends."""
-        self._ret += reward
-        self._len += 1
-        if done.any():
-            rets, lens = self._ret[done], self._len[done]
-            self.recent.extend(zip(rets.tolist(), lens.tolist()))
-            self.interval += torch.stack(
-                [rets.sum(), lens.sum(), torch.tensor(float(len(rets)))])
-            self._ret[done] = 0
-            self._len[done] = 0
-
-    def take_interval(self) -> Dict[str, float]:
-        """All ranks' averages since the last call (a collective)."""
-        sums = distributed.all_reduce_sum(self.interval.clone())
-        self.interval.zero_()
-        self.total_episodes += int(sums[2])
-        if sums[2] == 0:
-            return {}
-        return {"average_return": float(sums[0] / sums[2]),
-                "average_episode_length": float(sums[1] / sums[2]),
-                "episodes": float(sums[2])}
-
-    def recent_return(self) -> float:
-        """Mean return of this rank's recent episodes (NaN if none)."""
-        if not self.recent:
-            return float("nan")
-        return sum(r for r, _ in self.recent) / len(self.recent)
 
 
 class Trainer:
@@ -107,7 +66,8 @@ class Trainer:
             action_space=self._env.action_space, config=cfg)
         self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
                                           cfg.max_checkpoints)
-        self._episodes = EpisodeStats(cfg.num_envs)
+        self._episodes = EpisodeStats(cfg.num_envs,
+                                      getattr(self._env, "episode_info", ()))
         self._evaluator = None
         self._writers = {}
         if self.is_chief:
@@ -297,7 +257,7 @@ class Trainer:
                 alg.store(Experience(obs, step.output, ts.reward,
                                      ts.terminated, ts.truncated, stored_next,
                                      step.info))
-                self._episodes.update(ts.reward, ts.done)
+                self._episodes.update(ts.reward, ts.done, ts.episode_info)
                 obs = next_obs
         self._obs = obs
 

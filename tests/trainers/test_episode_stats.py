@@ -1,0 +1,84 @@
+"""Per-episode metrics: from the environment's final info to summaries and
+evaluations."""
+import gymnasium as gym
+import numpy as np
+import torch
+
+from alf.environments import suite_gym
+from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.evaluator import Evaluator
+
+
+class _Goal(gym.Env):
+    """Episodes of ``length`` steps; the last step reports success iff the
+    sum of actions was positive."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1, ), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length=3):
+        self.length = length
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.total = 0, 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total += int(action)
+        done = self.t == self.length
+        info = {"is_success": self.total > 0} if done else {}
+        return np.zeros(1, np.float32), 1.0, done, False, info
+
+
+def _env(n, lengths):
+    vec = gym.vector.SyncVectorEnv(
+        [lambda length=length: _Goal(length) for length in lengths[:n]],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return suite_gym.BatchedEnvironment(vec, episode_info={
+        "success_rate": "is_success"})
+
+
+def test_final_info_becomes_episode_metrics():
+    env = _env(2, [2, 3])
+    env.reset(seed=0)
+    ts = env.step(torch.tensor([1, 0]))
+    assert ts.episode_info == {}
+    ts = env.step(torch.tensor([1, 0]))  # env 0 ends, successful
+    assert ts.episode_info["success_rate"][0] == 1.0
+    assert torch.isnan(ts.episode_info["success_rate"][1])
+    ts = env.step(torch.tensor([0, 0]))  # env 1 ends, failed
+    assert ts.episode_info["success_rate"][1] == 0.0
+    env.close()
+
+
+def test_episode_stats_average_metrics_over_finished_episodes():
+    stats = EpisodeStats(2, ["success_rate"])
+    nan = float("nan")
+    stats.update(torch.ones(2), torch.tensor([True, False]),
+                 {"success_rate": torch.tensor([1.0, nan])})
+    stats.update(torch.ones(2), torch.tensor([True, True]),
+                 {"success_rate": torch.tensor([0.0, 1.0])})
+    out = stats.take_interval()
+    assert out["episodes"] == 3
+    assert abs(out["success_rate"] - 2 / 3) < 1e-9
+    assert abs(out["average_return"] - (1 + 1 + 2) / 3) < 1e-9
+    assert stats.take_interval() == {}  # the interval starts again
+
+
+class _AlwaysOne:
+    def observe(self, obs, update=True):
+        return obs
+
+    def predict_step(self, obs):
+        from alf.data_structures import AlgStep
+        return AlgStep(output=torch.ones(obs.shape[0], dtype=torch.int64))
+
+
+def test_evaluator_reports_metrics_of_each_episode():
+    evaluator = Evaluator(_env(2, [2, 4]))
+    out = evaluator.evaluate(_AlwaysOne())
+    assert out["success_rate"] == 1.0
+    assert out["average_episode_length"] == 3.0
+    evaluator.close()
