@@ -1,7 +1,7 @@
 r"""Step time of `@data_distributed` vs hand-written DDP, 2 gloo ranks.
 
 The same actor+critic MLP pair, the same per-rank data and the same Adam are
-trained four ways, each in its own copy of the module (identical start):
+trained five ways, each in its own copy of the module (identical start):
 
 * ``hand``: ``DistributedDataParallel(LossModule(nets))`` with DDP's default
   options, the loss in ``forward`` (what one writes without alf);
@@ -128,13 +128,16 @@ def _run_block(variant, step_loss, opt, batches, steps):
 
 
 def _time_collectives(reps):
-    """ms per call-order check, and per bare 1-element all-reduce."""
+    """ms per call-order check (an all-reduce of 4 int64), per bare
+    all-reduce of 2 and of 4 floats (gloo's ring gets slower from 3
+    elements on), and per gin lookup of the check's flag."""
     out = {}
     state = {"calls": 0}
     gin.bind_parameter("call_order_check.enabled", True)
     for name, fn in (("check", lambda: distributed._check_call_order(
             state, "Decorated.ddp_loss")),
-                     ("allreduce1", lambda: dist.all_reduce(torch.zeros(1))),
+                     ("allreduce2", lambda: dist.all_reduce(torch.zeros(2))),
+                     ("allreduce4", lambda: dist.all_reduce(torch.zeros(4))),
                      ("gin_lookup", distributed.call_order_check)):
         for _ in range(20):
             fn()
@@ -219,8 +222,9 @@ def main():
 
     c = result["collectives"]
     print(f"\n2 gloo ranks, 1 torch thread each, batch {args.batch}/rank")
-    print(f"call-order check alone: {c['check']:.3f} ms; bare 1-element "
-          f"all-reduce: {c['allreduce1']:.3f} ms; gin lookup "
+    print(f"call-order check alone: {c['check']:.3f} ms; bare all-reduce of "
+          f"2 floats: {c['allreduce2']:.3f} ms, of 4 floats: "
+          f"{c['allreduce4']:.3f} ms; gin lookup "
           f"call_order_check(): {c['gin_lookup'] * 1e3:.1f} us")
     for name, hidden, steps in args.cases:
         r = result[name]
@@ -236,7 +240,8 @@ def main():
         print(f"\ncase {name}: hidden {hidden} x2 nets, {r['params']:,} "
               f"params, {args.blocks} rounds x {steps} steps per variant")
         print(f"{'variant':10s} {'median ms/step':>15s} {'min':>8s} "
-              f"{'max':>8s} {'/hand (paired median)':>22s} {'/hand (mins)':>13s}")
+              f"{'max':>8s} {'/hand (paired median)':>22s} "
+              f"{'/hand (mins)':>13s}")
         for v in VARIANTS:
             pm, mn = ratio(v, "hand")
             print(f"{v:10s} {med[v]:15.3f} {min(t[v]):8.3f} {max(t[v]):8.3f} "

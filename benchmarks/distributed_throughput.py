@@ -83,7 +83,8 @@ def main():
     for m in modes:
         print(f"{m:9d} {mean[m]['rate']:16.0f} {mean[m]['wall_rate']:13.0f}")
     per_rep = [b["rate"] / a["rate"] for a, b in zip(rows[1], rows[n])]
-    print(f"\nratio {n}-proc/1-proc: trainer {mean[n]['rate'] / mean[1]['rate']:.2f}"
+    print(f"\nratio {n}-proc/1-proc: trainer "
+          f"{mean[n]['rate'] / mean[1]['rate']:.2f}"
           f" (per repeat: {', '.join(f'{x:.2f}' for x in per_rep)}), wall "
           f"{mean[n]['wall_rate'] / mean[1]['wall_rate']:.2f} "
           f"(preset {args.preset}, {args.repeats} repeats)")
