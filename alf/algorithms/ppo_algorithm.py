@@ -18,7 +18,7 @@ from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.actor import ActorDistributionNetwork
 from alf.networks.value import ValueNetwork
-from alf.replay_buffers import iterate_minibatches
+from alf.replay_buffers import minibatch_indices
 from alf.utils import distributed
 from alf.utils.errors import ConfigError, TrainingError
 from alf.utils.value_ops import generalized_advantage_estimation
@@ -31,7 +31,7 @@ class PPOBatch(NamedTuple):
     action: torch.Tensor
     log_prob: torch.Tensor  # log pi_old(a|s) at collection time
     value: torch.Tensor  # V_old(s)
-    advantage: torch.Tensor
+    advantage: torch.Tensor  # standardised per minibatch before the loss
     returns: torch.Tensor  # lambda-return: value target
 
 
@@ -134,24 +134,45 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                                          progress))
         self._clip_now = scheduled(self._clip, self._clip_schedule, progress)
         batch = self._prepare_batch(exp)
+        indices = minibatch_indices(batch.advantage.shape[0],
+                                    self._mini_batch_size, self._num_epochs)
+        advantages = self._minibatch_advantages(batch.advantage, indices)
 
         stats = []
-        for _ in range(self._num_epochs):
-            for mb in iterate_minibatches(batch, self._mini_batch_size):
-                loss_info = self.minibatch_loss(mb)
-                grad_norm = self.update_with_gradient(loss_info,
-                                                      self._max_grad_norm)
-                extra = loss_info.extra
-                stats.append(torch.stack([
-                    loss_info.loss.detach(), extra["policy_loss"],
-                    extra["value_loss"], extra["entropy"],
-                    extra["approx_kl"], extra["clip_fraction"], grad_norm]))
-                if self._kl_exceeded(extra["approx_kl"]):
-                    break
-            else:
-                continue
-            break
+        for idx, adv in zip(indices, advantages):
+            mb = PPOBatch(*[x[idx] for x in batch])._replace(advantage=adv)
+            loss_info = self.minibatch_loss(mb)
+            grad_norm = self.update_with_gradient(loss_info,
+                                                  self._max_grad_norm)
+            extra = loss_info.extra
+            stats.append(torch.stack([
+                loss_info.loss.detach(), extra["policy_loss"],
+                extra["value_loss"], extra["entropy"], extra["approx_kl"],
+                extra["clip_fraction"], grad_norm]))
+            if self._kl_exceeded(extra["approx_kl"]):
+                break
         return self._summarize(torch.stack(stats).mean(0), batch)
+
+    def _minibatch_advantages(self, advantage: torch.Tensor, indices):
+        """Each minibatch's advantages, standardised (if configured) with the
+        mean and std of that minibatch over all ranks.
+
+        The statistics of every minibatch of the iteration travel in one
+        all-reduce: a collective per minibatch cost more than the
+        minibatch's own compute on CPU.
+        """
+        parts = [advantage[idx] for idx in indices]
+        if not self._normalize_adv:
+            return parts
+        sums = torch.stack([
+            torch.stack([p.sum(), p.square().sum(),
+                         torch.tensor(float(p.numel()))]) for p in parts
+        ]).double()
+        distributed.all_reduce_sum(sums)
+        mean = sums[:, 0] / sums[:, 2]
+        std = (sums[:, 1] / sums[:, 2] - mean * mean).clamp(min=0).sqrt()
+        return [(p - m) / (s + 1e-8)
+                for p, m, s in zip(parts, mean.float(), std.float())]
 
     @torch.no_grad()
     def _prepare_batch(self, exp: Experience) -> PPOBatch:
@@ -185,9 +206,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                                          self.value_net(mb.observation)))
 
     def calc_loss(self, mb: PPOBatch, info: PPOTrainInfo) -> LossInfo:
-        adv = mb.advantage
-        if self._normalize_adv:
-            adv = distributed.standardize(adv)
+        adv = mb.advantage  # standardised per minibatch if configured
         log_ratio = info.log_prob - mb.log_prob
         ratio = log_ratio.exp()
         clip = self._clip_now

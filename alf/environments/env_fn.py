@@ -1,12 +1,24 @@
-"""A picklable environment constructor for worker subprocesses.
+"""Picklable environment constructors for worker subprocesses.
 
-Kept free of torch imports: every environment subprocess unpickles it, and
+Kept free of torch imports: every environment subprocess unpickles them, and
 importing torch there would cost each worker a second of CPU at start and
 at exit.
 """
+import os
 import signal
 
 import gymnasium as gym
+
+
+def prepare_worker() -> None:
+    """Set-up of an environment worker subprocess.
+
+    Ctrl-C is the training process's to handle (it closes this worker); the
+    kernel ends the worker if that process dies without closing it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from alf.bin.launch import die_with_parent
+    die_with_parent(signal.SIGKILL)
 
 
 class EnvFn:
@@ -18,25 +30,23 @@ class EnvFn:
         env_kwargs: keyword arguments for ``gymnasium.make``.
         wrappers: callables ``env -> env``.
         in_worker: the constructor runs in its own worker subprocess.
+            gymnasium's ``AsyncVectorEnv`` also calls the first constructor
+            once in the process that creates it (to read the spaces); that
+            call leaves the process's signal handling alone.
     """
 
     def __init__(self, env_name, max_episode_steps, env_kwargs, wrappers,
                  in_worker=False):
         self.args = (env_name, max_episode_steps, env_kwargs, wrappers)
         self.in_worker = in_worker
+        self._owner_pid = os.getpid()
 
     def __call__(self) -> gym.Env:
-        if self.in_worker:
-            # In a worker subprocess: Ctrl-C is the training process's to
-            # handle (it closes this worker); the kernel ends the worker if
-            # that process dies without closing it.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            from alf.bin.launch import die_with_parent
-            die_with_parent(signal.SIGKILL)
+        if self.in_worker and os.getpid() != self._owner_pid:
+            prepare_worker()
         env_name, max_episode_steps, env_kwargs, wrappers = self.args
         env = gym.make(env_name, max_episode_steps=max_episode_steps,
                        disable_env_checker=True, **env_kwargs)
         for w in wrappers:
             env = w(env)
         return env
-

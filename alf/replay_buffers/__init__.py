@@ -1,3 +1,3 @@
 """Replay buffers: storage as registered buffers, plus minibatch iteration."""
 from alf.replay_buffers.replay_buffer import (  # noqa: F401
-    ReplayBuffer, iterate_minibatches)
+    ReplayBuffer, iterate_minibatches, minibatch_indices)

@@ -6,7 +6,7 @@ follow ``.to(device)`` and, optionally, checkpoints; it is also exactly what
 distributed training must keep out of DDP's buffer broadcast (each rank holds
 its own experience).
 """
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional
 
 import torch
 from torch import nn
@@ -139,6 +139,24 @@ class ReplayBuffer(nn.Module):
                 f"stored={self.num_steps}")
 
 
+def minibatch_indices(n: int, mini_batch_size: int, num_epochs: int = 1,
+                      generator: Optional[torch.Generator] = None
+                      ) -> List[torch.Tensor]:
+    """Row indices of the minibatches of ``num_epochs`` shuffled passes.
+
+    Each epoch is a fresh permutation of ``range(n)`` cut into minibatches
+    of ``mini_batch_size`` (the last one of an epoch may be smaller).
+    Drawing them all up front lets an algorithm compute per-minibatch
+    statistics for a whole iteration at once.
+    """
+    out = []
+    for _ in range(num_epochs):
+        perm = torch.randperm(n, generator=generator)
+        out += [perm[s:s + mini_batch_size]
+                for s in range(0, n, mini_batch_size)]
+    return out
+
+
 def iterate_minibatches(batch, mini_batch_size: int,
                         generator: Optional[torch.Generator] = None
                         ) -> Iterator[Any]:
@@ -153,8 +171,6 @@ def iterate_minibatches(batch, mini_batch_size: int,
     """
     leaves = nest.flatten(batch)
     treespec = nest.structure(batch)
-    n = leaves[0].shape[0]
-    perm = torch.randperm(n, generator=generator)
-    for start in range(0, n, mini_batch_size):
-        idx = perm[start:start + mini_batch_size]
+    for idx in minibatch_indices(leaves[0].shape[0], mini_batch_size, 1,
+                                 generator):
         yield nest.unflatten(treespec, [x[idx] for x in leaves])

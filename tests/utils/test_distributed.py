@@ -203,11 +203,28 @@ def _call_order(rank, swap):
 
 
 def test_mismatched_call_order_raises_naming_methods_and_ranks():
-    for r in run_ranks(_call_order, True, timeout=60):
-        assert not r.ok and r.value[0] == "DistributedError", r.value
-        msg = r.value[1]
-        assert "TwoMethods.first" in msg and "TwoMethods.second" in msg
-        assert "rank 0" in msg and "rank 1" in msg
+    """Detected inside the first call's gradient all-reduce: every rank
+    raises, naming its rank and the method it ran, before any step."""
+    results = run_ranks(_call_order, True, timeout=60)
+    for r in results:
+        assert not r.ok, r.value
+        assert "call order differs across ranks" in r.value[1], r.value
+        assert "DDP call #1" in r.value[1]
+    msgs = " ".join(r.value[1] for r in results)
+    assert "rank 0, DDP call #1 of this module ran TwoMethods.first" in msgs
+    assert "rank 1, DDP call #1 of this module ran TwoMethods.second" in msgs
+
+
+def _call_order_off(rank):
+    gin.bind_parameter("call_order_check.enabled", False)
+    return _call_order(rank, True)
+
+
+def test_call_order_check_can_be_switched_off():
+    # Same parameters, same bucket: without the check the swapped calls
+    # silently pair up (which is why it is on by default).
+    g0, g1 = values(run_ranks(_call_order_off))
+    assert torch.equal(g0, g1)
 
 
 def test_same_call_order_passes():

@@ -1,0 +1,214 @@
+"""The worker side of `suite_metadrive`: one MetaDrive environment per process.
+
+`MetaDriveEnvFn` is the picklable constructor that gymnasium's
+``AsyncVectorEnv`` sends to each spawned worker. Like `env_fn`, this module
+is free of torch imports, and MetaDrive (4 s to import, ~0.5 GB) is imported
+only inside the functions that build an environment.
+
+MetaDrive's engine is a per-process singleton: a second environment in one
+process fails in its constructor. The engine starts at the first ``reset``;
+constructing an environment object alone starts none, which is how
+`MetaDriveEnvFn.describe` reads the spaces.
+"""
+import importlib
+import os
+from typing import Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from alf.environments.env_fn import prepare_worker
+
+# Info key added by `ScenarioSampling`: the episode ended in a collision.
+CRASH_END = "crash_end"
+# The collisions that end a MetaDriveEnv episode (with its default
+# ``crash_*_done``). MetaDrive's own ``crash`` also counts touching the
+# sidewalk, which ends no episode but accompanies many out-of-road ends.
+_CRASH_KEYS = ("crash_vehicle", "crash_object", "crash_building",
+               "crash_human")
+
+ASSETS_HINT = ("`python -m metadrive.pull_asset` installs them (a download "
+               "from GitHub)")
+
+
+class AssetsMissingError(RuntimeError):
+    """MetaDrive's 3-D assets are absent and the configuration needs them."""
+
+
+def assets_present() -> bool:
+    """Whether MetaDrive's asset folder is installed (``version.txt``)."""
+    from metadrive.engine.asset_loader import AssetLoader
+    return os.path.exists(os.path.join(str(AssetLoader.asset_path),
+                                       "version.txt"))
+
+
+def _skip_asset_download() -> None:
+    """Stands in for ``BaseEngine.try_pull_asset`` when the assets are absent
+    and nothing is rendered in 3-D."""
+
+
+class ScenarioSampling(gym.Wrapper):
+    """Seeded scenario choice, and a `CRASH_END` entry in ``info``.
+
+    MetaDrive accepts ``reset(seed=s)`` only for ``start_seed <= s <
+    start_seed + num_scenarios``, and ``reset()`` draws the scenario from an
+    unseeded generator. This wrapper draws every reset's scenario from a
+    numpy generator seeded by the last ``reset(seed=...)`` (a vector env
+    passes ``seed + i`` to its ``i``-th environment), so each environment
+    drives its own, reproducible sequence of scenarios. Before any seed, the
+    generator is seeded from fresh entropy.
+
+    Args:
+        env: a MetaDrive environment.
+        num_scenarios: number of scenarios.
+        start_seed: index of the first scenario.
+        info_keys: if given, ``step`` and ``reset`` return only these
+            entries of MetaDrive's ``info`` (MetaDrive reports ~30, each of
+            which the vector env batches at every step).
+    """
+
+    def __init__(self, env: gym.Env, num_scenarios: int, start_seed: int,
+                 info_keys: Optional[Sequence[str]] = None):
+        super().__init__(env)
+        self._num_scenarios = num_scenarios
+        self._start_seed = start_seed
+        self._info_keys = None if info_keys is None else tuple(info_keys)
+        self._rng = None
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None or self._rng is None:
+            self._rng = np.random.default_rng(seed)
+        scenario = self._start_seed + int(
+            self._rng.integers(self._num_scenarios))
+        obs, info = self.env.reset(seed=scenario)
+        return obs, self._filter(info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info[CRASH_END] = bool((terminated or truncated) and any(
+            info.get(k, False) for k in _CRASH_KEYS))
+        return obs, reward, terminated, truncated, self._filter(info)
+
+    def _filter(self, info: dict) -> dict:
+        if self._info_keys is None:
+            return info
+        return {k: info[k] for k in self._info_keys if k in info}
+
+
+class _Spaces(gym.Env):
+    """Stand-in environment that only has spaces (see `MetaDriveEnvFn`)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, observation_space, action_space):
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+
+def _channels_first(env: gym.Env) -> gym.Env:
+    """(H, W, C) image observations as (C, H, W), as torch's CNNs take."""
+    space = env.observation_space
+    chw = gym.spaces.Box(np.transpose(space.low, (2, 0, 1)),
+                         np.transpose(space.high, (2, 0, 1)),
+                         dtype=space.dtype)
+    return gym.wrappers.TransformObservation(
+        env, lambda o: np.ascontiguousarray(np.transpose(o, (2, 0, 1))), chw)
+
+
+class MetaDriveEnvFn:
+    """A picklable constructor of one MetaDrive environment.
+
+    Called in a worker subprocess, it makes the worker ignore Ctrl-C and die
+    with its parent (as `env_fn.EnvFn` does), sets ``SDL_AUDIODRIVER`` and
+    ``SDL_VIDEODRIVER`` to ``dummy`` (unless set), and builds the
+    environment wrapped in `ScenarioSampling`. If MetaDrive's assets are
+    absent and nothing is rendered in 3-D, it turns the engine's asset
+    download into a no-op in that process (the engine would otherwise try
+    to download them and fail without a network); if 3-D rendering is
+    needed, it raises `AssetsMissingError`.
+
+    gymnasium's ``AsyncVectorEnv`` also calls its first constructor once in
+    the process that creates it, to read the spaces. A MetaDrive engine
+    there would take the process's only engine, so that call returns a
+    stand-in that has only ``spaces`` (from `describe`).
+
+    Args:
+        env_class: ``"module:Class"`` of a MetaDrive environment.
+        config: the environment's config (``num_scenarios`` and
+            ``start_seed`` are used for the scenario seeds).
+        channels_first: observations are (H, W, C) images; return them as
+            (C, H, W).
+        info_keys: see `ScenarioSampling`.
+        spaces: ``(observation_space, action_space)`` for the stand-in.
+    """
+
+    def __init__(self, env_class: str, config: dict,
+                 channels_first: bool = False,
+                 info_keys: Optional[Sequence[str]] = None,
+                 spaces: Optional[tuple] = None):
+        self.env_class = env_class
+        self.config = dict(config)
+        self.channels_first = channels_first
+        self.info_keys = info_keys
+        self.spaces = spaces
+        self._owner_pid = os.getpid()
+
+    def __call__(self) -> gym.Env:
+        if os.getpid() == self._owner_pid:
+            if self.spaces is None:
+                raise RuntimeError(
+                    "MetaDriveEnvFn builds MetaDrive only in a worker "
+                    "subprocess (one engine per process)")
+            return _Spaces(*self.spaces)
+        prepare_worker()
+        return make_env(self.env_class, self.config, self.channels_first,
+                        self.info_keys)
+
+    def describe(self):
+        """Builds the environment without starting an engine and returns
+        ``(observation_space, action_space, assets_present)``; run it in a
+        throwaway process (it imports MetaDrive).
+
+        Raises:
+            AssetsMissingError: the assets are absent and the configuration
+                renders in 3-D (a camera, ``use_render``).
+        """
+        env = make_env(self.env_class, self.config, self.channels_first)
+        try:
+            return env.observation_space, env.action_space, assets_present()
+        finally:
+            env.close()
+
+
+def make_env(env_class: str, config: dict, channels_first: bool = False,
+             info_keys: Optional[Sequence[str]] = None) -> gym.Env:
+    """Builds a MetaDrive environment in this process, wrapped in
+    `ScenarioSampling` (see `MetaDriveEnvFn` for the arguments).
+
+    If MetaDrive's assets are absent and the configuration renders nothing
+    in 3-D, this process's engine will skip their download.
+
+    Raises:
+        AssetsMissingError: the assets are absent and the configuration
+            renders in 3-D (a camera, ``use_render``).
+    """
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    module, name = env_class.split(":")
+    env = getattr(importlib.import_module(module), name)(dict(config))
+    if not assets_present():
+        from metadrive.constants import RENDER_MODE_NONE
+        mode = env.config["_render_mode"]
+        if mode != RENDER_MODE_NONE:
+            env.close()
+            raise AssetsMissingError(
+                f"MetaDrive's assets are not installed and this "
+                f"configuration renders in 3-D ({mode!r}: use_render or "
+                f"a camera): {ASSETS_HINT}")
+        from metadrive.engine.base_engine import BaseEngine
+        BaseEngine.try_pull_asset = staticmethod(_skip_asset_download)
+    env = ScenarioSampling(env, config.get("num_scenarios", 1),
+                           config.get("start_seed", 0), info_keys)
+    if channels_first:
+        env = _channels_first(env)
+    return env

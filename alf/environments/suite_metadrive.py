@@ -1,0 +1,187 @@
+"""MetaDrive driving scenarios as a `BatchedEnvironment`.
+
+Needs the ``[metadrive]`` extra (``metadrive-simulator``); MetaDrive is
+imported only in the processes that run it, never by ``import alf``.
+
+MetaDrive's engine is a per-process singleton, so every environment runs in
+its own spawned worker process (gymnasium's ``AsyncVectorEnv``, same-step
+autoreset, as in `suite_gym`), whatever ``asynchronous`` says. Before the
+workers start, a throwaway process reads the spaces (importing MetaDrive in
+the training process would cost it ~0.5 GB); the result is cached per
+configuration, so the evaluation environments of a run reuse it.
+
+Without network access: MetaDrive downloads its 3-D assets when its first
+engine starts. The lidar/state and top-down observations do not need them;
+when they are absent, the workers skip the download (one warning per
+process that calls `load`). A configuration that renders in 3-D (a camera,
+``use_render``) without the assets fails with a line saying how to install
+them.
+
+Per-episode metrics (``TimeStep.episode_info``), from the ``info`` of an
+episode's last step:
+
+* ``success_rate``: ``arrive_dest``, the car reached its destination;
+* ``crash_rate``: ``crash_end`` (added by this suite), the episode ended in
+  a collision with a vehicle, object, building or pedestrian. MetaDrive's
+  own ``crash`` also counts touching the sidewalk, which ends no episode but
+  comes with about a third of the out-of-road ends; it would count those
+  twice;
+* ``out_of_road_rate``: ``out_of_road``;
+* ``route_completion``: ``route_completion``, the fraction of the route
+  driven (MetaDrive's estimate; it can be slightly below 0 or above 1).
+
+An episode that hits ``horizon`` ends with ``truncated`` (not
+``terminated``); then none of the first three is set, unless the car also
+crashed or left the road on that step.
+"""
+import concurrent.futures
+import importlib.util
+import multiprocessing as mp
+from concurrent.futures.process import BrokenProcessPool
+from typing import Dict, Optional, Tuple, Union
+
+import gin
+from absl import logging
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+from alf.environments.env_fn import prepare_worker
+from alf.environments.metadrive_env_fn import (ASSETS_HINT, CRASH_END,
+                                               MetaDriveEnvFn)
+from alf.environments.suite_gym import BatchedEnvironment
+from alf.utils.errors import AlfError, one_line
+
+__all__ = ["load", "EPISODE_INFO", "OBSERVATIONS"]
+
+EPISODE_INFO = {
+    "success_rate": "arrive_dest",
+    "crash_rate": CRASH_END,
+    "out_of_road_rate": "out_of_road",
+    "route_completion": "route_completion",
+}
+
+# observation -> (MetaDrive environment class, image observation)
+OBSERVATIONS = {
+    "state": ("metadrive.envs.metadrive_env:MetaDriveEnv", False),
+    "topdown": ("metadrive.envs.top_down_env:TopDownMetaDrive", True),
+}
+ENV_NAMES = ("MetaDrive", )
+
+# The info entries that the workers send back: the episode metrics', and the
+# scenario index.
+_INFO_KEYS = tuple(EPISODE_INFO.values()) + ("env_seed", )
+
+# configuration -> (observation_space, action_space, assets_present)
+_DESCRIPTIONS: Dict[str, Tuple] = {}
+_warned_assets = False
+
+
+def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
+    """`MetaDriveEnvFn.describe` in a throwaway spawned process, cached."""
+    key = repr((env_fn.env_class, env_fn.config, env_fn.channels_first))
+    if key not in _DESCRIPTIONS:
+        with concurrent.futures.ProcessPoolExecutor(
+                1, mp_context=mp.get_context("spawn"),
+                initializer=prepare_worker) as pool:
+            try:
+                _DESCRIPTIONS[key] = pool.submit(env_fn.describe).result()
+            except BrokenProcessPool:
+                raise
+            except Exception as e:  # noqa: BLE001 - MetaDrive's, one line
+                raise AlfError(f"cannot build MetaDrive environment "
+                               f"{env_fn.env_class}: {one_line(e)}") from e
+    return _DESCRIPTIONS[key]
+
+
+@gin.configurable(module="suite_metadrive")
+def load(env_name: str = "MetaDrive",
+         num_envs: int = 1,
+         seed: Optional[int] = None,
+         asynchronous: bool = True,
+         observation: str = "state",
+         num_scenarios: int = 10,
+         start_seed: int = 0,
+         traffic_density: float = 0.1,
+         horizon: Optional[int] = 1000,
+         map: Union[int, str] = 3,  # noqa: A002 - MetaDrive's name
+         env_config: Optional[dict] = None,
+         topdown_resolution: int = 84,
+         log_level: int = 30) -> BatchedEnvironment:
+    """Creates ``num_envs`` MetaDrive environments, one process each.
+
+    Args:
+        env_name: ``"MetaDrive"`` (procedurally generated maps with traffic,
+            MetaDrive's ``MetaDriveEnv``).
+        num_envs: number of environments (and worker processes).
+        seed: if given, the first ``reset()`` seeds the environments with
+            ``seed, seed + 1, ...``. Environment ``i``'s seed seeds the
+            generator that picks the scenario of each of its episodes, so
+            every environment (and every rank, which the trainer seeds
+            differently) drives its own reproducible sequence of scenarios.
+        asynchronous: ignored: MetaDrive allows one engine per process, so
+            every environment always runs in its own subprocess.
+        observation: ``"state"``: 259 floats in [0, 1] (ego state,
+            navigation, 240 lidar rays; the size changes with the lidar
+            settings of ``env_config``). ``"topdown"``: MetaDrive's
+            multi-channel bird's-eye view (pygame), float32 in [0, 1] of
+            shape (5, R, R), channels first: road network, past positions,
+            and the traffic now, 5 and 10 steps ago (``TopDownMetaDrive``).
+        num_scenarios: number of distinct scenarios (maps and traffic).
+        start_seed: index of the first scenario; episodes use scenarios
+            ``start_seed, ..., start_seed + num_scenarios - 1``.
+        traffic_density: vehicles per 10 m of lane, about.
+        horizon: maximum steps per episode; reaching it ends the episode
+            with ``truncated``. With ``None``, random-action episodes may
+            never end.
+        map: number of blocks of a generated map, or a block string such as
+            ``"SCrRX"``.
+        env_config: more MetaDrive config entries; they override the
+            arguments above.
+        topdown_resolution: R, the image size of the top-down observation.
+        log_level: MetaDrive's logging level in the workers (30: warnings).
+
+    Returns:
+        A `BatchedEnvironment` whose ``episode_info`` is `EPISODE_INFO` (see
+        the module's doc). Actions are 2 floats in [-1, 1] (steering,
+        throttle/brake), clipped to that range.
+
+    Raises:
+        AlfError: MetaDrive is not installed; an unknown ``env_name`` or
+            ``observation``; a configuration MetaDrive rejects, or one that
+            renders in 3-D while MetaDrive's assets are absent.
+    """
+    del asynchronous  # always one subprocess per environment
+    if importlib.util.find_spec("metadrive") is None:
+        raise AlfError("MetaDrive is not installed: pip install "
+                       "'alf[metadrive]' (metadrive-simulator)")
+    if env_name not in ENV_NAMES:
+        raise AlfError(f"unknown MetaDrive environment {env_name!r}; "
+                       f"known: {list(ENV_NAMES)}")
+    if observation not in OBSERVATIONS:
+        raise AlfError(f"unknown MetaDrive observation {observation!r}; "
+                       f"known: {list(OBSERVATIONS)}")
+    if num_envs < 1 or num_scenarios < 1:
+        raise AlfError(f"num_envs ({num_envs}) and num_scenarios "
+                       f"({num_scenarios}) must be at least 1")
+    env_class, image = OBSERVATIONS[observation]
+    config = dict(num_scenarios=num_scenarios, start_seed=start_seed,
+                  traffic_density=traffic_density, horizon=horizon, map=map,
+                  log_level=log_level, use_render=False)
+    if image:
+        config["resolution_size"] = topdown_resolution
+    config.update(env_config or {})
+    env_fn = MetaDriveEnvFn(env_class, config, channels_first=image,
+                            info_keys=_INFO_KEYS)
+    obs_space, action_space, assets = _describe(env_fn)
+    if not assets:
+        global _warned_assets
+        if not _warned_assets:
+            logging.warning(
+                "MetaDrive's assets are absent: the environments skip their "
+                "download (state and top-down observations do not need "
+                "them; %s)", ASSETS_HINT)
+            _warned_assets = True
+    env_fn.spaces = (obs_space, action_space)
+    vec = AsyncVectorEnv([env_fn] * num_envs, context="spawn",
+                         autoreset_mode=AutoresetMode.SAME_STEP)
+    return BatchedEnvironment(vec, clip_action=True, seed=seed,
+                              episode_info=EPISODE_INFO)

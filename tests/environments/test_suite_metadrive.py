@@ -1,0 +1,223 @@
+"""`alf.environments.suite_metadrive` with real MetaDrive workers.
+
+Every test runs without network access: the workers inherit proxy settings
+that point at a closed port, so a worker that tried to download MetaDrive's
+assets would fail. Episodes are cut at `HORIZON` steps. The loads share one
+configuration, so the spaces are read (in a throwaway process) only once.
+"""
+import importlib.util
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+# Like pytest.importorskip("metadrive"), without importing MetaDrive into
+# this process (4 s and 0.45 GB; only the workers need it).
+METADRIVE = importlib.util.find_spec("metadrive")
+if METADRIVE is None:
+    pytest.skip("metadrive-simulator is not installed",
+                allow_module_level=True)
+
+from alf.environments import suite_metadrive  # noqa: E402
+from alf.utils.errors import AlfError  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+HORIZON = 25
+OBS_SIZE = 259
+START, NUM_SCENARIOS = 100, 10
+CONFIG = dict(horizon=HORIZON, start_seed=START, num_scenarios=NUM_SCENARIOS,
+              traffic_density=0.1)
+NO_NETWORK = {"HTTP_PROXY": "http://127.0.0.1:9",
+              "HTTPS_PROXY": "http://127.0.0.1:9",
+              "http_proxy": "http://127.0.0.1:9",
+              "https_proxy": "http://127.0.0.1:9"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_network():
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in NO_NETWORK.items():
+            mp.setenv(k, v)
+        yield
+
+
+def _random_actions(n: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.rand(n, 2, generator=generator) * 2 - 1
+
+
+def _sigint_ignored(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        line = next(l for l in f if l.startswith("SigIgn:"))
+    return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+def _close_and_check_reaped(env) -> None:
+    processes = list(env._env.processes)
+    env.close()
+    for p in processes:
+        p.join(timeout=10)
+        assert p.exitcode is not None, f"worker {p.pid} still running"
+
+
+@pytest.fixture(scope="module")
+def env2():
+    handler = signal.getsignal(signal.SIGINT)
+    env = suite_metadrive.load(num_envs=2, seed=0, **CONFIG)
+    # Building the envs leaves this process's Ctrl-C handling alone.
+    assert signal.getsignal(signal.SIGINT) is handler
+    yield env
+    _close_and_check_reaped(env)
+
+
+def test_one_env_smoke():
+    env = suite_metadrive.load(num_envs=1, seed=3, **CONFIG)
+    try:
+        assert env.num_envs == 1
+        assert env.observation_space.shape == (OBS_SIZE, )
+        assert env.observation_space.dtype == np.float32
+        assert env.action_space.shape == (2, )
+        assert env.episode_info == tuple(suite_metadrive.EPISODE_INFO)
+        ts = env.reset()
+        assert ts.observation.shape == (1, OBS_SIZE)
+        assert ts.observation.dtype == torch.float32
+        g = torch.Generator().manual_seed(0)
+        for _ in range(20):
+            ts = env.step(_random_actions(1, g))
+            assert ts.observation.shape == (1, OBS_SIZE)
+            assert ts.observation.dtype == torch.float32
+            assert ((ts.observation >= 0) & (ts.observation <= 1)).all()
+            assert ts.reward.shape == (1, ) and ts.reward.dtype == torch.float32
+            assert torch.isfinite(ts.reward).all()
+            assert ts.terminated.dtype == torch.bool
+        assert all(_sigint_ignored(p.pid) for p in env._env.processes)
+    finally:
+        _close_and_check_reaped(env)
+
+
+def test_two_envs_smoke(env2):
+    ts = env2.reset(seed=11)
+    assert ts.observation.shape == (2, OBS_SIZE)
+    g = torch.Generator().manual_seed(1)
+    rewards = []
+    for _ in range(20):
+        ts = env2.step(_random_actions(2, g))
+        assert ts.observation.shape == (2, OBS_SIZE)
+        assert ts.observation.dtype == torch.float32
+        rewards.append(ts.reward)
+    rewards = torch.stack(rewards)
+    assert torch.isfinite(rewards).all()
+    # A random car moves a little: some reward, far below 1 per step.
+    assert rewards.abs().sum() > 0 and rewards.abs().max() < 1
+
+
+def _until_done(env, actions):
+    """Steps with ``actions(i)`` until some environment's episode ends."""
+    for i in range(HORIZON + 1):
+        ts = env.step(actions(i))
+        if ts.done.any():
+            return i + 1, ts
+    raise AssertionError(f"no episode ended within {HORIZON + 1} steps")
+
+
+def test_horizon_truncates_with_final_observation(env2):
+    env2.reset(seed=5)
+    # Full brake: the car stays on its spawn point, so only the horizon
+    # ends the episodes.
+    brake = torch.tensor([[0.0, -1.0]] * 2)
+    steps, ts = _until_done(env2, lambda i: brake)
+    assert steps == HORIZON
+    assert ts.truncated.all() and not ts.terminated.any()
+    assert ts.final_observation.shape == (2, OBS_SIZE)
+    # `observation` starts the next episode; `final_observation` is the
+    # last one of the truncated episode.
+    assert not torch.equal(ts.final_observation, ts.observation)
+    info = ts.episode_info
+    assert set(info) == set(suite_metadrive.EPISODE_INFO)
+    for name in ("success_rate", "crash_rate", "out_of_road_rate"):
+        assert info[name].tolist() == [0.0, 0.0], name
+    assert ((info["route_completion"] > -0.1) &
+            (info["route_completion"] < 0.1)).all()
+
+
+def test_episode_info_only_at_episode_ends(env2):
+    env2.reset(seed=8)
+    g = torch.Generator().manual_seed(2)
+    ended = 0
+    for _ in range(HORIZON + 2):
+        ts = env2.step(_random_actions(2, g))
+        for name, value in ts.episode_info.items():
+            assert torch.isfinite(value[ts.done]).all(), name
+            assert torch.isnan(value[~ts.done]).all(), name
+        ended += int(ts.done.sum())
+    assert ended >= 2
+
+
+def _scenarios(env, seed):
+    """Scenario index of each environment after ``reset(seed=seed)``."""
+    _, info = env._env.reset(seed=seed)
+    return info["env_seed"].tolist()
+
+
+def test_seeds_pick_scenarios_reproducibly(env2):
+    a = env2.reset(seed=5).observation
+    assert torch.equal(a, env2.reset(seed=5).observation)
+    first = _scenarios(env2, 5)
+    assert first == _scenarios(env2, 5)
+    # Environment i gets seed + i: env 0 at seed 6 is env 1 at seed 5,
+    # although another process runs it.
+    assert _scenarios(env2, 6)[0] == first[1]
+    drawn = sum((_scenarios(env2, s) for s in range(5)), [])
+    assert all(START <= d < START + NUM_SCENARIOS for d in drawn), drawn
+    # Different seeds, different scenarios (10 scenarios; these seeds draw
+    # at least four distinct ones).
+    assert len(set(drawn)) >= 4, drawn
+
+
+def test_autoreset_continues_the_seeded_sequence(env2):
+    brake = torch.tensor([[0.0, -1.0]] * 2)
+
+    def second_episode_start():
+        env2.reset(seed=21)
+        _, ts = _until_done(env2, lambda i: brake)
+        assert ts.done.all()
+        return ts.observation
+
+    first = second_episode_start()
+    assert torch.equal(first, second_episode_start())
+
+
+def test_topdown_observation():
+    env = suite_metadrive.load(num_envs=1, seed=0, observation="topdown",
+                               topdown_resolution=48, **CONFIG)
+    try:
+        assert env.observation_space.shape == (5, 48, 48)
+        ts = env.reset()
+        g = torch.Generator().manual_seed(3)
+        for _ in range(5):
+            ts = env.step(_random_actions(1, g))
+        obs = ts.observation
+        assert obs.shape == (1, 5, 48, 48) and obs.dtype == torch.float32
+        assert ((obs >= 0) & (obs <= 1)).all()
+        assert obs[0, 0].max() > 0  # the road is drawn
+    finally:
+        _close_and_check_reaped(env)
+
+
+def test_bad_arguments():
+    with pytest.raises(AlfError, match="unknown MetaDrive environment"):
+        suite_metadrive.load(env_name="CARLA")
+    with pytest.raises(AlfError, match="unknown MetaDrive observation.*"
+                       "state"):
+        suite_metadrive.load(observation="rgb")
+
+
+@pytest.mark.skipif(
+    os.path.exists(os.path.join(METADRIVE.submodule_search_locations[0],
+                                "assets", "version.txt")),
+    reason="MetaDrive's assets are installed")
+def test_3d_rendering_without_assets_names_the_fix():
+    with pytest.raises(AlfError, match="metadrive.pull_asset"):
+        suite_metadrive.load(env_config=dict(use_render=True), **CONFIG)
