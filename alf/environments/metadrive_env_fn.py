@@ -27,8 +27,7 @@ CRASH_END = "crash_end"
 _CRASH_KEYS = ("crash_vehicle", "crash_object", "crash_building",
                "crash_human")
 
-ASSETS_HINT = ("`python -m metadrive.pull_asset` installs them (a download "
-               "from GitHub)")
+ASSETS_HINT = "`python -m metadrive.pull_asset` downloads and installs them"
 
 
 class AssetsMissingError(RuntimeError):

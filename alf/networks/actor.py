@@ -19,19 +19,22 @@ class ActorDistributionNetwork(nn.Module):
     state-independent parameter.
 
     Args:
-        observation_space: a Box space (observations are flattened).
+        observation_space: a Box space.
         action_space: a Discrete or Box space.
         hidden_sizes: widths of the hidden layers.
         activation: activation name (see `EncodingNetwork`).
         init_log_std: initial log standard deviation (Box actions).
+        conv_layers: convolutions for image observations (see
+            `EncodingNetwork`).
     """
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh", init_log_std: float = 0.0):
+                 activation: str = "tanh", init_log_std: float = 0.0,
+                 conv_layers: Sequence = ()):
         super().__init__()
-        self.encoder = EncodingNetwork(flat_size(observation_space),
-                                       hidden_sizes, activation)
+        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+                                       activation, conv_layers)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             out = int(action_space.n)

@@ -20,7 +20,7 @@ def get_activation(name: str):
     return _ACTIVATIONS[name]
 
 
-def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
+def orthogonal_init(layer: nn.Module, gain: float) -> nn.Module:
     """Orthogonal weights with ``gain`` and zero bias (PPO's usual init)."""
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -28,24 +28,50 @@ def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 def flat_size(space) -> int:
-    """Number of floats in one (flattened) observation of a Box space."""
+    """Number of floats in one (flattened) sample of a Box space."""
     return int(np.prod(space.shape))
 
 
 @gin.configurable
 class EncodingNetwork(nn.Module):
-    """Flattens the input and applies ``Linear -> activation`` layers.
+    """Optional convolutions, then ``Linear -> activation`` layers.
 
     Args:
-        input_size: number of input features (after flattening).
-        hidden_sizes: width of each hidden layer; empty means identity.
+        input_shape: shape of one input. With ``conv_layers``, an image
+            ``(H, W, C)`` (channels last, as gymnasium and MetaDrive's
+            top-down view give them); otherwise anything, flattened.
+        hidden_sizes: width of each fully connected layer; empty means
+            identity (after flattening).
         activation: one of ``tanh``, ``relu``, ``elu``, ``silu``, ``gelu``.
+        conv_layers: ``(channels, kernel, stride)`` per convolution, e.g.
+            the Nature-DQN stack ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``;
+            each is followed by a ReLU.
     """
 
-    def __init__(self, input_size: int, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh"):
+    def __init__(self, input_shape, hidden_sizes: Sequence[int] = (64, 64),
+                 activation: str = "tanh", conv_layers: Sequence = ()):
         super().__init__()
+        if isinstance(input_shape, int):
+            input_shape = (input_shape, )
+        input_shape = tuple(input_shape)
         self._activation = get_activation(activation)
+        self.conv = None
+        if conv_layers:
+            if len(input_shape) != 3:
+                raise ValueError(f"conv_layers need (H, W, C) inputs; got "
+                                 f"shape {input_shape}")
+            convs, channels = [], input_shape[2]
+            for out, kernel, stride in conv_layers:
+                convs += [orthogonal_init(nn.Conv2d(channels, out, kernel,
+                                                    stride), math.sqrt(2)),
+                          nn.ReLU()]
+                channels = out
+            self.conv = nn.Sequential(*convs)
+            with torch.no_grad():
+                probe = torch.zeros((1, ) + input_shape).permute(0, 3, 1, 2)
+                input_size = self.conv(probe).numel()
+        else:
+            input_size = int(np.prod(input_shape))
         self.layers = nn.ModuleList()
         for size in hidden_sizes:
             self.layers.append(
@@ -55,6 +81,8 @@ class EncodingNetwork(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Maps ``x`` of shape [B, ...] to features of shape [B, output_size]."""
+        if self.conv is not None:
+            x = self.conv(x.permute(0, 3, 1, 2))  # [B, H, W, C] -> NCHW
         x = x.flatten(1)
         # Functional calls: nn.Module dispatch per layer costs as much as the
         # layer itself at RL's small batch sizes.

@@ -25,16 +25,17 @@ class DisjointPolicyValueNetwork(nn.Module):
 
     Args:
         observation_space, action_space, hidden_sizes, activation,
-            init_log_std: as for `ActorDistributionNetwork`.
+            init_log_std, conv_layers: as for `ActorDistributionNetwork`.
     """
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh", init_log_std: float = 0.0):
+                 activation: str = "tanh", init_log_std: float = 0.0,
+                 conv_layers: Sequence = ()):
         super().__init__()
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
-                                              init_log_std)
+                                              init_log_std, conv_layers)
         self.aux_value_head = orthogonal_init(
             nn.Linear(self.actor.encoder.output_size, 1), 1.0)
 

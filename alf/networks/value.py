@@ -5,7 +5,7 @@ import gin
 import torch
 from torch import nn
 
-from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
+from alf.networks.encoding import EncodingNetwork, orthogonal_init
 
 
 @gin.configurable
@@ -13,16 +13,18 @@ class ValueNetwork(nn.Module):
     """An MLP mapping an observation batch [B, ...] to values [B].
 
     Args:
-        observation_space: a Box space (observations are flattened).
+        observation_space: a Box space.
         hidden_sizes: widths of the hidden layers.
         activation: activation name (see `EncodingNetwork`).
+        conv_layers: convolutions for image observations (see
+            `EncodingNetwork`).
     """
 
     def __init__(self, observation_space, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh"):
+                 activation: str = "tanh", conv_layers: Sequence = ()):
         super().__init__()
-        self.encoder = EncodingNetwork(flat_size(observation_space),
-                                       hidden_sizes, activation)
+        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+                                       activation, conv_layers)
         self.head = orthogonal_init(nn.Linear(self.encoder.output_size, 1), 1.0)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:

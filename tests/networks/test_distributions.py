@@ -178,3 +178,17 @@ def test_diag_gaussian_sample_mean_and_std(rng):
     corr = torch.corrcoef(samples.T)
     off = corr - torch.diag(torch.diag(corr))
     assert off.abs().max() < 4 / n**0.5
+
+
+def test_conv_encoder_for_channels_last_images():
+    """Image observations (H, W, C) go through convolutions, then the MLP."""
+    import gymnasium as gym
+    from alf.networks import ValueNetwork
+    net = ValueNetwork(gym.spaces.Box(0, 1, (20, 20, 3)), hidden_sizes=(8, ),
+                       conv_layers=((4, 4, 2), (8, 3, 1)))
+    x = torch.rand(5, 20, 20, 3)
+    assert net(x).shape == (5, )
+    # Channels are channels: swapping two channels changes the output.
+    assert not torch.allclose(net(x), net(x[..., [1, 0, 2]]))
+    with pytest.raises(ValueError, match="conv_layers need"):
+        ValueNetwork(gym.spaces.Box(0, 1, (7, )), conv_layers=((4, 3, 1), ))
