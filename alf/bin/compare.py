@@ -9,6 +9,7 @@ verdict. Exit codes: 0 the modes agree, 3 they do not, 1 an error (a failed
 run is named with its log, DIR/<mode>/seed{s}.log), 130 interrupted.
 """
 import math
+import warnings
 import os
 import signal
 import subprocess
@@ -145,7 +146,9 @@ def welch_pvalue(a: Sequence[float], b: Sequence[float]
         from scipy import stats
     except ImportError:
         return None, "scipy is not installed"
-    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    with warnings.catch_warnings():  # near-identical samples warn; p is NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     return (p, "") if math.isfinite(p) else (None, "no spread across seeds")
 
 
