@@ -104,16 +104,6 @@ class _Spaces(gym.Env):
         self.action_space = action_space
 
 
-def _channels_first(env: gym.Env) -> gym.Env:
-    """(H, W, C) image observations as (C, H, W), as torch's CNNs take."""
-    space = env.observation_space
-    chw = gym.spaces.Box(np.transpose(space.low, (2, 0, 1)),
-                         np.transpose(space.high, (2, 0, 1)),
-                         dtype=space.dtype)
-    return gym.wrappers.TransformObservation(
-        env, lambda o: np.ascontiguousarray(np.transpose(o, (2, 0, 1))), chw)
-
-
 class MetaDriveEnvFn:
     """A picklable constructor of one MetaDrive environment.
 
@@ -135,19 +125,15 @@ class MetaDriveEnvFn:
         env_class: ``"module:Class"`` of a MetaDrive environment.
         config: the environment's config (``num_scenarios`` and
             ``start_seed`` are used for the scenario seeds).
-        channels_first: observations are (H, W, C) images; return them as
-            (C, H, W).
         info_keys: see `ScenarioSampling`.
         spaces: ``(observation_space, action_space)`` for the stand-in.
     """
 
     def __init__(self, env_class: str, config: dict,
-                 channels_first: bool = False,
                  info_keys: Optional[Sequence[str]] = None,
                  spaces: Optional[tuple] = None):
         self.env_class = env_class
         self.config = dict(config)
-        self.channels_first = channels_first
         self.info_keys = info_keys
         self.spaces = spaces
         self._owner_pid = os.getpid()
@@ -160,8 +146,7 @@ class MetaDriveEnvFn:
                     "subprocess (one engine per process)")
             return _Spaces(*self.spaces)
         prepare_worker()
-        return make_env(self.env_class, self.config, self.channels_first,
-                        self.info_keys)
+        return make_env(self.env_class, self.config, self.info_keys)
 
     def describe(self):
         """Builds the environment without starting an engine and returns
@@ -172,14 +157,14 @@ class MetaDriveEnvFn:
             AssetsMissingError: the assets are absent and the configuration
                 renders in 3-D (a camera, ``use_render``).
         """
-        env = make_env(self.env_class, self.config, self.channels_first)
+        env = make_env(self.env_class, self.config)
         try:
             return env.observation_space, env.action_space, assets_present()
         finally:
             env.close()
 
 
-def make_env(env_class: str, config: dict, channels_first: bool = False,
+def make_env(env_class: str, config: dict,
              info_keys: Optional[Sequence[str]] = None) -> gym.Env:
     """Builds a MetaDrive environment in this process, wrapped in
     `ScenarioSampling` (see `MetaDriveEnvFn` for the arguments).
@@ -206,8 +191,5 @@ def make_env(env_class: str, config: dict, channels_first: bool = False,
                 f"a camera): {ASSETS_HINT}")
         from metadrive.engine.base_engine import BaseEngine
         BaseEngine.try_pull_asset = staticmethod(_skip_asset_download)
-    env = ScenarioSampling(env, config.get("num_scenarios", 1),
-                           config.get("start_seed", 0), info_keys)
-    if channels_first:
-        env = _channels_first(env)
-    return env
+    return ScenarioSampling(env, config.get("num_scenarios", 1),
+                            config.get("start_seed", 0), info_keys)

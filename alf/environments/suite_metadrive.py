@@ -12,8 +12,8 @@ configuration, so the evaluation environments of a run reuse it.
 
 Without network access: MetaDrive downloads its 3-D assets when its first
 engine starts. The lidar/state and top-down observations do not need them;
-when they are absent, the workers skip the download (one warning per
-process that calls `load`). A configuration that renders in 3-D (a camera,
+when they are absent, the workers skip the download (one warning line,
+the first time a process calls `load`). A configuration that renders in 3-D (a camera,
 ``use_render``) without the assets fails with a line saying how to install
 them.
 
@@ -24,15 +24,17 @@ episode's last step:
 * ``crash_rate``: ``crash_end`` (added by this suite), the episode ended in
   a collision with a vehicle, object, building or pedestrian. MetaDrive's
   own ``crash`` also counts touching the sidewalk, which ends no episode but
-  comes with about a third of the out-of-road ends; it would count those
-  twice;
+  often comes with an out-of-road end (3 of 9 in a sample): it would count
+  those twice;
 * ``out_of_road_rate``: ``out_of_road``;
 * ``route_completion``: ``route_completion``, the fraction of the route
   driven (MetaDrive's estimate; it can be slightly below 0 or above 1).
 
 An episode that hits ``horizon`` ends with ``truncated`` (not
 ``terminated``); then none of the first three is set, unless the car also
-crashed or left the road on that step.
+crashed or left the road on that step. The workers send back only these
+entries of MetaDrive's ``info`` (and ``env_seed``, the scenario index): the
+vector env batches every entry at every step.
 """
 import concurrent.futures
 import importlib.util
@@ -77,7 +79,7 @@ _warned_assets = False
 
 def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
     """`MetaDriveEnvFn.describe` in a throwaway spawned process, cached."""
-    key = repr((env_fn.env_class, env_fn.config, env_fn.channels_first))
+    key = repr((env_fn.env_class, env_fn.config))
     if key not in _DESCRIPTIONS:
         with concurrent.futures.ProcessPoolExecutor(
                 1, mp_context=mp.get_context("spawn"),
@@ -123,8 +125,9 @@ def load(env_name: str = "MetaDrive",
             navigation, 240 lidar rays; the size changes with the lidar
             settings of ``env_config``). ``"topdown"``: MetaDrive's
             multi-channel bird's-eye view (pygame), float32 in [0, 1] of
-            shape (5, R, R), channels first: road network, past positions,
-            and the traffic now, 5 and 10 steps ago (``TopDownMetaDrive``).
+            shape (R, R, 5), channels last (as `EncodingNetwork`'s
+            convolutions take them): road network, past positions, and the
+            traffic now, 5 and 10 steps ago (``TopDownMetaDrive``).
         num_scenarios: number of distinct scenarios (maps and traffic).
         start_seed: index of the first scenario; episodes use scenarios
             ``start_seed, ..., start_seed + num_scenarios - 1``.
@@ -169,8 +172,7 @@ def load(env_name: str = "MetaDrive",
     if image:
         config["resolution_size"] = topdown_resolution
     config.update(env_config or {})
-    env_fn = MetaDriveEnvFn(env_class, config, channels_first=image,
-                            info_keys=_INFO_KEYS)
+    env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS)
     obs_space, action_space, assets = _describe(env_fn)
     if not assets:
         global _warned_assets

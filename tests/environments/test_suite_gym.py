@@ -9,6 +9,10 @@ sub-environments started at different episode indices end at different
 steps. A seeded reset draws the first episode index from the environment's
 RNG; every later reset increments it.
 """
+import ctypes
+import signal
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -249,6 +253,27 @@ def test_asynchronous_with_runtime_registered_id(envs):
     """An id registered in this process also works with asynchronous=True."""
     env = envs(MIXED_ID, num_envs=2, seed=21, asynchronous=True)
     assert env.reset().observation.shape == (2, 2)
+
+
+def _parent_death_signal() -> int:
+    value = ctypes.c_int(0)
+    ctypes.CDLL("libc.so.6").prctl(2, ctypes.byref(value))  # PR_GET_...
+    return value.value
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux")
+@pytest.mark.timeout(60)
+def test_asynchronous_sets_up_only_the_workers(envs):
+    """gymnasium's AsyncVectorEnv also calls the first constructor in this
+    process (for the spaces): this process keeps its Ctrl-C handler and
+    parent-death signal; the worker ignores Ctrl-C."""
+    handler, death = signal.getsignal(signal.SIGINT), _parent_death_signal()
+    env = envs("CartPole-v1", num_envs=1, asynchronous=True)
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert _parent_death_signal() == death
+    with open(f"/proc/{env._env.processes[0].pid}/status") as f:
+        ignored = next(l for l in f if l.startswith("SigIgn:")).split()[1]
+    assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
 
 
 # ---- the trainer's unroll --------------------------------------------------

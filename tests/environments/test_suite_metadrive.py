@@ -20,7 +20,11 @@ if METADRIVE is None:
     pytest.skip("metadrive-simulator is not installed",
                 allow_module_level=True)
 
+import gymnasium as gym  # noqa: E402
+
 from alf.environments import suite_metadrive  # noqa: E402
+from alf.environments.metadrive_env_fn import (CRASH_END,  # noqa: E402
+                                               ScenarioSampling)
 from alf.utils.errors import AlfError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -193,15 +197,15 @@ def test_topdown_observation():
     env = suite_metadrive.load(num_envs=1, seed=0, observation="topdown",
                                topdown_resolution=48, **CONFIG)
     try:
-        assert env.observation_space.shape == (5, 48, 48)
+        assert env.observation_space.shape == (48, 48, 5)
         ts = env.reset()
         g = torch.Generator().manual_seed(3)
         for _ in range(5):
             ts = env.step(_random_actions(1, g))
         obs = ts.observation
-        assert obs.shape == (1, 5, 48, 48) and obs.dtype == torch.float32
+        assert obs.shape == (1, 48, 48, 5) and obs.dtype == torch.float32
         assert ((obs >= 0) & (obs <= 1)).all()
-        assert obs[0, 0].max() > 0  # the road is drawn
+        assert obs[0, ..., 0].max() > 0  # the road is drawn
     finally:
         _close_and_check_reaped(env)
 
@@ -221,3 +225,61 @@ def test_bad_arguments():
 def test_3d_rendering_without_assets_names_the_fix():
     with pytest.raises(AlfError, match="metadrive.pull_asset"):
         suite_metadrive.load(env_config=dict(use_render=True), **CONFIG)
+
+
+# ---- ScenarioSampling on a scripted stand-in (no MetaDrive) ----------------
+
+
+class _ScriptedMetaDrive(gym.Env):
+    """Records reset seeds; ``step`` returns the scripted (terminated,
+    truncated, info) triples in order."""
+
+    observation_space = gym.spaces.Box(0, 1, (1, ), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (2, ), np.float32)
+
+    def __init__(self, script=()):
+        self.seeds, self._script = [], list(script)
+
+    def reset(self, seed=None):  # MetaDrive's signature: no options
+        self.seeds.append(seed)
+        return np.zeros(1, np.float32), {"env_seed": seed, "other": 1}
+
+    def step(self, action):
+        terminated, truncated, info = self._script.pop(0)
+        return (np.zeros(1, np.float32), 0.0, terminated, truncated,
+                dict(info, other=1))
+
+
+def test_scenario_sampling_seeds_every_reset():
+    draws = []
+    for _ in range(2):
+        env = ScenarioSampling(_ScriptedMetaDrive(), num_scenarios=7,
+                               start_seed=40)
+        env.reset(seed=3)
+        for _ in range(20):
+            env.reset()
+        draws.append(env.unwrapped.seeds)
+    assert draws[0] == draws[1]  # the seed fixes the whole sequence
+    assert all(40 <= s < 47 for s in draws[0])
+    assert len(set(draws[0])) >= 5
+    env.reset(seed=4)
+    env.reset()
+    assert env.unwrapped.seeds[-2:] != draws[0][:2]
+
+
+def test_scenario_sampling_crash_end_and_info_keys():
+    script = [
+        (False, False, {"crash_vehicle": True}),  # a crash that goes on
+        (True, False, {"out_of_road": True, "crash_sidewalk": True}),
+        (True, False, {"crash_vehicle": True}),
+        (False, True, {"crash_object": True}),  # at the horizon
+        (False, True, {}),
+    ]
+    env = ScenarioSampling(_ScriptedMetaDrive(script), 1, 0,
+                           info_keys=(CRASH_END, "out_of_road", "env_seed"))
+    _, info = env.reset(seed=0)
+    assert info == {"env_seed": 0}
+    got = [env.step(np.zeros(2))[4] for _ in script]
+    assert [i[CRASH_END] for i in got] == [False, False, True, True, False]
+    assert "other" not in got[0] and got[1]["out_of_road"]
+
