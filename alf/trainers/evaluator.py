@@ -1,7 +1,7 @@
 """Deterministic evaluation episodes and the ``eval.csv`` log."""
 import csv
 import os
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -19,16 +19,20 @@ class Evaluator:
 
     Args:
         env: a `BatchedEnvironment` with ``num_episodes`` sub-environments.
+        seed: every evaluation resets the environments with this seed, so
+            all evaluations of a run play the same episode starts (the same
+            scenarios in MetaDrive) and differ only by the policy.
     """
 
-    def __init__(self, env):
+    def __init__(self, env, seed: Optional[int] = None):
         self._env = env
+        self._seed = seed
 
     @torch.inference_mode()
     def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
         """Plays one episode in each environment; returns the averages."""
         n = self._env.num_envs
-        ts = self._env.reset()
+        ts = self._env.reset(seed=self._seed)
         returns = torch.zeros(n)
         lengths = torch.zeros(n)
         metrics = {name: torch.full((n, ), float("nan"))
