@@ -21,7 +21,6 @@ import alf
 from alf.algorithms import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks import ActorDistributionNetwork, ValueNetwork
-from alf.utils.distributed import data_distributed
 from alf.utils.value_ops import generalized_advantage_estimation
 
 
@@ -64,7 +63,7 @@ class ExampleA2C(OnPolicyAlgorithm):
         self.update_with_gradient(loss_info, self._max_grad_norm)
         return loss_info.extra
 
-    @data_distributed
+    @alf.data_distributed
     def loss(self, exp: Experience) -> LossInfo:
         """A2C loss of one unroll; ``exp`` leaves have shape [T, B, ...]."""
         t, b = exp.reward.shape
