@@ -1,0 +1,59 @@
+r"""Random and full-throttle policies on MetaDrive, measured like alf's
+evaluation (same suite settings, same evaluation seed, one episode per
+environment), for comparison with a trained policy's eval.csv.
+
+    python benchmarks/metadrive_baselines.py [--episodes 8] [--seed 0]
+"""
+import argparse
+
+import torch
+
+from alf.environments import suite_metadrive
+from alf.trainers.evaluator import Evaluator
+from alf.data_structures import AlgStep
+
+_EVAL_SEED_OFFSET = 1_000_003  # the trainer's: Evaluator(seed=seed + this)
+
+
+class _FixedPolicy:
+    """``predict_step`` for a random or a constant action."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def observe(self, observation, update=True):
+        return observation
+
+    def predict_step(self, observation) -> AlgStep:
+        n = observation.shape[0]
+        if self.kind == "random":
+            action = torch.rand(n, 2) * 2 - 1
+        else:  # full throttle, straight
+            action = torch.tensor([[0.0, 1.0]]).repeat(n, 1)
+        return AlgStep(output=action)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the training run's TrainerConfig.seed")
+    parser.add_argument("--traffic_density", type=float, default=0.1)
+    parser.add_argument("--num_scenarios", type=int, default=10)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    env = suite_metadrive.load(num_envs=args.episodes,
+                               traffic_density=args.traffic_density,
+                               num_scenarios=args.num_scenarios)
+    evaluator = Evaluator(env, seed=args.seed + _EVAL_SEED_OFFSET)
+    print(f"{args.episodes} episodes each, traffic {args.traffic_density}, "
+          f"{args.num_scenarios} scenarios, horizon 1000")
+    for kind in ("random", "full_throttle"):
+        m = evaluator.evaluate(_FixedPolicy(kind))
+        print(f"{kind:14s} " + ", ".join(f"{k} {v:.3f}"
+                                         for k, v in sorted(m.items())))
+    evaluator.close()
+
+
+if __name__ == "__main__":
+    main()
