@@ -18,7 +18,7 @@ import os
 import statistics
 import tempfile
 
-from runs import train_throughput
+from runs import throughput_params, train_throughput
 
 
 def ddp_calls_per_iteration(gin_files, params, world_size):
@@ -42,12 +42,7 @@ def main():
     parser.add_argument("--gin_param", action="append", default=[])
     args = parser.parse_args()
     gin_files = args.gin_file or ["ppo_cart_pole.gin"]
-    params = [
-        f"TrainerConfig.num_env_steps={args.num_env_steps}",
-        "TrainerConfig.eval_interval=0",
-        "TrainerConfig.summary_interval=1000000",
-        "TrainerConfig.checkpoint_interval=1000000",
-    ] + args.gin_param
+    params = throughput_params(args.num_env_steps) + args.gin_param
     variants = {"check on": ["call_order_check.enabled=True"],
                 "check off": ["call_order_check.enabled=False"]}
     steps_per_iter, calls = ddp_calls_per_iteration(gin_files, params,

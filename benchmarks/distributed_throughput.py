@@ -24,7 +24,7 @@ import os
 import statistics
 import tempfile
 
-from runs import train_throughput
+from runs import throughput_params, train_throughput
 
 PRESETS = {
     "default": [],
@@ -49,13 +49,9 @@ def main():
                         help="extra bindings, after the preset's")
     args = parser.parse_args()
     gin_files = args.gin_file or ["ppo_cart_pole.gin"]
-    params = [
-        f"TrainerConfig.num_env_steps={args.num_env_steps}",
-        "TrainerConfig.eval_interval=0",
-        "TrainerConfig.summary_interval=1000000",
-        "TrainerConfig.checkpoint_interval=1000000",
-        "TrainerConfig.torch_num_threads=1",
-    ] + PRESETS[args.preset] + args.gin_param
+    params = (throughput_params(args.num_env_steps) +
+              ["TrainerConfig.torch_num_threads=1"] + PRESETS[args.preset] +
+              args.gin_param)
     n = args.num_processes
     modes = (1, n)
     print(f"config: {' '.join(gin_files)} {' '.join(params)}")

@@ -18,16 +18,15 @@ import time
 
 import torch
 
+from runs import throughput_params
+
 
 def run_alf(seed: int, num_env_steps: int):
     import alf.config
     from alf.trainers import Trainer
-    alf.config.parse_config(["ppo_cart_pole.gin"], [
-        f"TrainerConfig.num_env_steps={num_env_steps}",
-        f"TrainerConfig.seed={seed}", "TrainerConfig.eval_interval=0",
-        "TrainerConfig.summary_interval=1000000",
-        "TrainerConfig.checkpoint_interval=1000000"
-    ])
+    alf.config.parse_config(["ppo_cart_pole.gin"],
+                            throughput_params(num_env_steps) +
+                            [f"TrainerConfig.seed={seed}"])
     with tempfile.TemporaryDirectory() as root:
         trainer = Trainer(root)
         metrics = trainer.train()

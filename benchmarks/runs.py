@@ -68,6 +68,15 @@ def print_curves(results: Dict[int, Dict[str, list]],
 _PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
 
 
+def throughput_params(num_env_steps: int) -> List[str]:
+    """Bindings for a run that measures training throughput: evaluation only
+    at the end, no summaries or checkpoints in between."""
+    return [f"TrainerConfig.num_env_steps={num_env_steps}",
+            "TrainerConfig.eval_interval=0",
+            "TrainerConfig.summary_interval=1000000",
+            "TrainerConfig.checkpoint_interval=1000000"]
+
+
 def train_throughput(gin_files: Sequence[str], params: Sequence[str],
                      root_dir: str, num_processes: int = 1,
                      extra_args: Sequence[str] = ()) -> Dict[str, float]:
