@@ -164,15 +164,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         parts = [advantage[idx] for idx in indices]
         if not self._normalize_adv:
             return parts
-        sums = torch.stack([
-            torch.stack([p.sum(), p.square().sum(),
-                         torch.tensor(float(p.numel()))]) for p in parts
-        ]).double()
-        distributed.all_reduce_sum(sums)
-        mean = sums[:, 0] / sums[:, 2]
-        std = (sums[:, 1] / sums[:, 2] - mean * mean).clamp(min=0).sqrt()
-        return [(p - m) / (s + 1e-8)
-                for p, m, s in zip(parts, mean.float(), std.float())]
+        return distributed.standardize_parts(parts)
 
     @torch.no_grad()
     def _prepare_batch(self, exp: Experience) -> PPOBatch:

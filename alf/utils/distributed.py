@@ -28,7 +28,8 @@ __all__ = [
     "DistributedError", "data_distributed", "data_distributed_when",
     "make_ddp_performer", "activate_ddp", "is_distributed", "get_rank",
     "get_world_size", "process_group", "all_reduce_sum", "all_reduce_mean",
-    "standardize", "check_weights_equal", "broadcast_object"
+    "standardize", "standardize_parts", "check_weights_equal",
+    "broadcast_object"
 ]
 
 
@@ -133,22 +134,32 @@ def broadcast_object(obj, src: int = 0):
 
 
 def standardize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) / (std + eps)`` with the mean and std of all ranks' ``x``.
+    """``(x - mean) / (std + eps)`` with the mean and std of all ranks' ``x``
+    (see `standardize_parts`)."""
+    return standardize_parts([x], eps)[0]
 
-    With equal per-rank sizes, N ranks holding parts of a batch get exactly
-    what one process holding the whole batch would (one all-reduce of three
-    scalars). The std is the population one, so a single element gives 0,
-    not NaN.
+
+def standardize_parts(parts: List[torch.Tensor],
+                      eps: float = 1e-8) -> List[torch.Tensor]:
+    """Standardises each tensor of ``parts`` with its own mean and std over
+    all ranks, all in one all-reduce.
+
+    With equal per-rank sizes, N ranks holding pieces of each part get
+    exactly what one process holding the whole parts would. On CPU a
+    collective costs more than a small minibatch's compute, so PPO passes
+    every minibatch of an iteration at once. The std is the population one,
+    so a single element gives 0, not NaN.
     """
-    if not is_distributed():
-        return (x - x.mean()) / (x.std(correction=0) + eps)
-    sums = torch.stack([x.sum(), x.square().sum(),
-                        torch.tensor(float(x.numel()))]).double()
-    dist.all_reduce(sums)
-    n = sums[2]
-    mean = sums[0] / n
-    var = sums[1] / n - mean * mean
-    return (x - mean.to(x.dtype)) / (var.clamp(min=0).sqrt().to(x.dtype) + eps)
+    sums = torch.stack([
+        torch.stack([p.sum(), p.square().sum(),
+                     torch.tensor(float(p.numel()))]) for p in parts
+    ]).double()
+    all_reduce_sum(sums)
+    mean = sums[:, 0] / sums[:, 2]
+    std = (sums[:, 1] / sums[:, 2] - mean * mean).clamp(min=0).sqrt()
+    return [(p - m) / (sd + eps)
+            for p, m, sd in zip(parts, mean.to(parts[0].dtype),
+                                std.to(parts[0].dtype))]
 
 
 # ---- which state DDP must leave alone ---------------------------------------
