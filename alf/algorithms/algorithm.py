@@ -26,6 +26,22 @@ class Algorithm(nn.Module):
         super().__init__()
         self._optimizers: List[torch.optim.Optimizer] = []
 
+    @property
+    def device(self) -> torch.device:
+        """Where this algorithm's parameters (or, lacking any, buffers)
+        live; follows `.to`."""
+        device = self.__dict__.get("_device")
+        if device is None:
+            tensor = next(self.parameters(), None)
+            if tensor is None:
+                tensor = next(self.buffers(), torch.empty(0))
+            device = self.__dict__["_device"] = tensor.device
+        return device
+
+    def _apply(self, fn, *args, **kwargs):
+        self.__dict__.pop("_device", None)  # `.to()` may move the module
+        return super()._apply(fn, *args, **kwargs)
+
     def add_optimizer(self, optimizer: torch.optim.Optimizer
                       ) -> torch.optim.Optimizer:
         """Registers ``optimizer`` for `update_with_gradient` and checkpoints."""
@@ -59,7 +75,7 @@ class Algorithm(nn.Module):
         for opt in self._optimizers:
             opt.zero_grad(set_to_none=True)
         loss_info.loss.backward()
-        norm = torch.zeros(())
+        norm = torch.zeros((), device=loss_info.loss.device)
         if max_grad_norm is not None:
             norm = clip_grad_norm(self._param_groups(), max_grad_norm)
         for opt in self._optimizers:

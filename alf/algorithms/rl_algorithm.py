@@ -45,6 +45,8 @@ class RLAlgorithm(Algorithm):
                 committed at the next `train_iter` (so one unroll is
                 normalised with one set of statistics).
         """
+        # Environments produce CPU tensors; the networks may be on a GPU.
+        observation = observation.to(self.device, non_blocking=True)
         norm = self.observation_normalizer
         if norm is None:
             return observation

@@ -42,8 +42,8 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _rank_main(rank: int, world_size: int, init_file: str, fn: Callable,
-               args: tuple, report) -> None:
+def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
+               fn: Callable, args: tuple, report) -> None:
     """Entry point of one rank process: set up the group, run ``fn``."""
     die_with_parent()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -56,7 +56,8 @@ def _rank_main(rank: int, world_size: int, init_file: str, fn: Callable,
     logging.set_verbosity(logging.INFO if rank == 0 else logging.WARNING)
     code = EXIT_OK
     try:
-        with distributed.process_group(rank, world_size, "gloo", init_file):
+        with distributed.process_group(rank, world_size, backend,
+                                       init_file):
             fn(*args)
     except TrainingInterrupted as e:
         if rank == 0:
@@ -126,13 +127,14 @@ def _stop_resource_tracker() -> None:
 
 def launch(fn: Callable, args: Sequence, num_processes: int,
            prog: str = "alf", stop_grace: float = 8.0,
-           crash_grace: float = 5.0) -> int:
-    """Runs ``fn(*args)`` in ``num_processes`` gloo ranks on this machine.
+           crash_grace: float = 5.0, backend: str = "gloo") -> int:
+    """Runs ``fn(*args)`` in ``num_processes`` ranks on this machine.
 
     Args:
         fn: a picklable top-level function; it runs inside the process group.
         args: its arguments (picklable).
         num_processes: world size.
+        backend: ``gloo`` (CPU ranks) or ``nccl`` (rank r on GPU r).
         prog: name used to prefix the launcher's own messages.
         stop_grace: seconds the ranks get to stop after Ctrl-C.
         crash_grace: seconds the other ranks get after one rank failed.
@@ -149,7 +151,7 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
     with rendezvous_file() as init_file:
         procs: List[mp.Process] = [
             ctx.Process(target=_rank_main, name=f"alf-rank{r}",
-                        args=(r, num_processes, init_file, fn, tuple(args),
+                        args=(r, num_processes, init_file, backend, fn, tuple(args),
                               pipes[r][1])) for r in range(num_processes)
         ]
         for p in procs:

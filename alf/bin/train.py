@@ -13,7 +13,7 @@ resumes from the newest checkpoint.
 """
 import os
 import sys
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 from absl import app, flags, logging
 
@@ -100,20 +100,17 @@ def _num_gpus_for_multi_gpu() -> int:
     return n
 
 
-def _num_processes() -> int:
+def _processes_and_backend() -> Tuple[int, str]:
+    """How many ranks ``--distributed`` asks for, and their backend."""
     if FLAGS.distributed == "multi-process":
-        return FLAGS.num_processes
+        return FLAGS.num_processes, "gloo"
     if FLAGS.distributed == "multi-gpu":
         n = _num_gpus_for_multi_gpu()
-        if n > 1:
-            raise AlfError(
-                f"--distributed multi-gpu with {n} GPUs: placing models on "
-                "GPUs is not supported by this version yet; use "
-                "--distributed multi-process")
-        logging.warning("--distributed multi-gpu: one GPU visible; training "
-                        "in a single process (models stay on the CPU in this "
-                        "version)")
-    return 1
+        if n == 1:
+            logging.warning("--distributed multi-gpu: one GPU visible; "
+                            "training in a single process on it")
+        return n, "nccl"
+    return 1, "gloo"
 
 
 def main(argv: List[str]) -> int:
@@ -132,17 +129,21 @@ def main(argv: List[str]) -> int:
         gin_files, gin_params = FLAGS.gin_file, FLAGS.gin_param or []
         # Validate the config before anything is written or spawned.
         alf.config.parse_config(gin_files, gin_params)
-        root_dir = check_root_dir(FLAGS.root_dir)
         if _under_torchrun():
+            root_dir = check_root_dir(FLAGS.root_dir)
             _train_under_torchrun(root_dir, gin_files, gin_params)
             return 0
-        num_processes = _num_processes()
+        num_processes, backend = _processes_and_backend()
+        from alf.trainers import TrainerConfig
+        config = TrainerConfig()
+        config.resolve_device(backend if num_processes > 1 else "none")
+        config.per_rank(num_processes)  # sizes must divide
+        root_dir = check_root_dir(FLAGS.root_dir)
         if num_processes > 1:
             from alf.bin.launch import launch
-            from alf.trainers import TrainerConfig
-            TrainerConfig().per_rank(num_processes)  # sizes must divide
             return launch(train_process, (root_dir, gin_files, gin_params),
-                          num_processes, prog="alf.bin.train")
+                          num_processes, prog="alf.bin.train",
+                          backend=backend)
         Trainer(root_dir).train()
     except TrainingInterrupted as e:
         logging.warning("%s", e)

@@ -63,10 +63,15 @@ class ReplayBuffer(nn.Module):
                 self.register_buffer(
                     name, torch.zeros((self.capacity, ) + tuple(leaf.shape),
                                       dtype=leaf.dtype,
-                                      device=self._device or leaf.device),
+                                      device=self._storage_device()),
                     persistent=self._persistent)
                 self._leaf_names.append(name)
         self._treespec = nest.structure(batch)
+
+    def _storage_device(self) -> torch.device:
+        # Without an explicit device, storage follows the module: an
+        # algorithm moved to a GPU gets its buffers there.
+        return self._device or self._num_added.device
 
     def _storage(self):
         return [getattr(self, n) for n in self._leaf_names]

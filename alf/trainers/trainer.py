@@ -61,9 +61,14 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self._env = cfg.env_load_fn(cfg.env_name, num_envs=cfg.num_envs,
                                     seed=None, asynchronous=cfg.async_env)
+        self.device = cfg.resolve_device()
         self.algorithm = cfg.algorithm_ctor(
             observation_space=self._env.observation_space,
-            action_space=self._env.action_space, config=cfg)
+            action_space=self._env.action_space, config=cfg).to(self.device)
+        if self.is_chief:
+            logging.info("training on %s%s", self.device,
+                         f" in each of {self.world_size} processes"
+                         if self.world_size > 1 else "")
         self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
                                           cfg.max_checkpoints)
         self._episodes = EpisodeStats(cfg.num_envs,
@@ -267,7 +272,9 @@ class Trainer:
         if not self.is_chief:
             return
         w = self._writer("train")
-        values = torch.stack([v.float() for v in stats.values()]).tolist()
+        # One device-to-host copy for all of them (some may be on a GPU).
+        values = torch.stack([v.detach().float().to(self.device)
+                              for v in stats.values()]).tolist()
         for name, value in zip(stats, values):
             w.add_scalar(f"train/{name}", value, self.env_steps)
         for name, value in episodes.items():

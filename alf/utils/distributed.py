@@ -29,7 +29,7 @@ __all__ = [
     "make_ddp_performer", "activate_ddp", "is_distributed", "get_rank",
     "get_world_size", "process_group", "all_reduce_sum", "all_reduce_mean",
     "standardize", "standardize_parts", "check_weights_equal",
-    "broadcast_object"
+    "broadcast_object", "local_device", "uses_gpus"
 ]
 
 
@@ -83,8 +83,19 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
         init_file: a path every rank can see (single machine).
         use_env: take the rendezvous from torchrun's environment variables.
     """
-    if backend == "gloo" and not use_env:
+    global _LOCAL_RANK
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend {backend!r}: expected 'gloo' or 'nccl'")
+    if not use_env:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    _LOCAL_RANK = int(os.environ.get("LOCAL_RANK", rank)) if use_env else rank
+    if backend == "nccl":
+        # Before the group exists, so that NCCL binds this rank's GPU.
+        torch.cuda.set_device(_LOCAL_RANK)
+        # CPU tensors (stop flags, episode counters, pickled objects such as
+        # the checkpoint rank 0 sends) go through gloo, GPU tensors (the
+        # gradients) through NCCL.
+        backend = "cpu:gloo,cuda:nccl"
     kwargs = dict(backend=backend, rank=rank, world_size=world_size,
                   timeout=collective_timeout())
     if use_env:
@@ -96,6 +107,25 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
         yield
     finally:
         dist.destroy_process_group()
+        _LOCAL_RANK = None
+
+
+_LOCAL_RANK: Optional[int] = None
+
+
+def uses_gpus() -> bool:
+    """Whether the active process group reduces GPU tensors (NCCL)."""
+    return (dist.is_available() and dist.is_initialized()
+            and "nccl" in dist.get_backend_config())
+
+
+def local_device() -> torch.device:
+    """This rank's GPU in a NCCL group (``cuda:LOCAL_RANK``), else the CPU."""
+    if uses_gpus():
+        return torch.device("cuda", _LOCAL_RANK or 0)
+    if _LOCAL_RANK is None and torch.cuda.is_available():
+        return torch.device("cuda")  # outside any group: the current GPU
+    return torch.device("cpu")
 
 
 @contextlib.contextmanager
@@ -152,7 +182,8 @@ def standardize_parts(parts: List[torch.Tensor],
     """
     sums = torch.stack([
         torch.stack([p.sum(), p.square().sum(),
-                     torch.tensor(float(p.numel()))]) for p in parts
+                     torch.tensor(float(p.numel()), device=p.device)])
+        for p in parts
     ]).double()
     all_reduce_sum(sums)
     mean = sums[:, 0] / sums[:, 2]
@@ -387,10 +418,12 @@ def activate_ddp(module: nn.Module) -> None:
 
 
 def _checksums(tensors: List[torch.Tensor]) -> torch.Tensor:
+    # Computed where the tensors live; one copy to the CPU at the end.
     rows = [torch.stack([t.double().sum(), t.double().abs().sum()])
-            if t.numel() else torch.zeros(2, dtype=torch.float64)
+            if t.numel() else t.new_zeros(2, dtype=torch.float64)
             for t in tensors]
-    return torch.cat(rows) if rows else torch.zeros(0, dtype=torch.float64)
+    return (torch.cat(rows).cpu() if rows else
+            torch.zeros(0, dtype=torch.float64))
 
 
 def check_weights_equal(module: nn.Module) -> None:
@@ -407,7 +440,7 @@ def check_weights_equal(module: nn.Module) -> None:
     if not is_distributed():
         return
     named = synced_state(module)
-    sums = _checksums([t.detach().cpu() for _, t in named])
+    sums = _checksums([t.detach() for _, t in named])
     both = torch.cat([sums, -sums])
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     hi, lo = both[:len(sums)], both[len(sums):]

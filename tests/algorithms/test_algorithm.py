@@ -161,3 +161,11 @@ def test_load_optimizer_state_dict_length_mismatch():
         alg.load_optimizer_state_dict(states[:1])
     with pytest.raises(ValueError, match="3 optimizer states"):
         alg.load_optimizer_state_dict(states + states[:1])
+
+
+def test_device_follows_to():
+    alg = Algorithm()
+    alg.net = nn.Linear(2, 2)
+    assert alg.device == torch.device("cpu")
+    alg.to("meta")  # stands in for a GPU on a CPU-only machine
+    assert alg.device.type == "meta"

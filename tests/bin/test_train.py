@@ -169,6 +169,24 @@ def test_invalid_algorithm_option_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_unknown_device_is_one_line(tmp_path):
+    root = tmp_path / "run"
+    res = run_cli(root, TrainerConfig__device='"gpu"')
+    assert_one_line_error(res, "TrainerConfig.device='gpu'", "'cuda:N'")
+    assert not root.exists()
+
+
+@pytest.mark.timeout(120)
+def test_gpu_device_without_gpu_is_one_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    root = tmp_path / "run"
+    res = run_cli(root, TrainerConfig__device='"cuda"')
+    assert_one_line_error(res, "TrainerConfig.device='cuda'", "no GPU")
+    assert not root.exists()
+
+
+@pytest.mark.timeout(120)
 def test_root_dir_that_cannot_be_written(tmp_path):
     # A path under a regular file: not creatable even by root.
     afile = tmp_path / "afile"

@@ -285,3 +285,14 @@ def test_storage_made_under_inference_mode_can_be_trained_on():
     w = torch.ones(4, requires_grad=True)
     (x.flatten(0, 1) @ w).sum().backward()
     assert torch.equal(w.grad, torch.full((4, ), 6.0))
+
+
+def test_storage_follows_the_module_device():
+    # A module moved (e.g. to a GPU) before its first add gets its storage
+    # there; "meta" stands in for a GPU on a CPU-only machine.
+    rb = ReplayBuffer(capacity=4, batch_size=2).to("meta")
+    rb.add_batch(torch.zeros(2, 3))
+    assert rb._storage()[0].device.type == "meta"
+    explicit = ReplayBuffer(capacity=4, batch_size=2, device="cpu").to("meta")
+    explicit.add_batch(torch.zeros(2, 3))
+    assert explicit._storage()[0].device.type == "cpu"
