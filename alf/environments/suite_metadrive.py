@@ -39,6 +39,7 @@ vector env batches every entry at every step.
 import concurrent.futures
 import importlib.util
 import multiprocessing as mp
+import sys
 from concurrent.futures.process import BrokenProcessPool
 from typing import Dict, Optional, Tuple, Union
 
@@ -95,6 +96,13 @@ def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
 
 
 @gin.configurable(module="suite_metadrive")
+def _rank() -> int:
+    if "torch.distributed" not in sys.modules:  # no group without it
+        return 0
+    from alf.utils import distributed
+    return distributed.get_rank()
+
+
 def load(env_name: str = "MetaDrive",
          num_envs: int = 1,
          seed: Optional[int] = None,
@@ -176,7 +184,8 @@ def load(env_name: str = "MetaDrive",
     obs_space, action_space, assets = _describe(env_fn)
     if not assets:
         global _warned_assets
-        if not _warned_assets:
+        # Once per run: every rank of a distributed run gets here.
+        if not _warned_assets and _rank() == 0:
             logging.warning(
                 "MetaDrive's assets are absent: the environments skip their "
                 "download (state and top-down observations do not need "
