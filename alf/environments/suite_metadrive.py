@@ -95,7 +95,6 @@ def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
     return _DESCRIPTIONS[key]
 
 
-@gin.configurable(module="suite_metadrive")
 def _rank() -> int:
     if "torch.distributed" not in sys.modules:  # no group without it
         return 0
@@ -103,6 +102,7 @@ def _rank() -> int:
     return distributed.get_rank()
 
 
+@gin.configurable(module="suite_metadrive")
 def load(env_name: str = "MetaDrive",
          num_envs: int = 1,
          seed: Optional[int] = None,

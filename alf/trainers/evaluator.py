@@ -1,4 +1,4 @@
-"""Deterministic evaluation episodes and the ``eval.csv`` log."""
+"""Evaluation episodes and the ``eval.csv`` log."""
 import csv
 import os
 from typing import Dict, Optional
@@ -12,7 +12,8 @@ EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
 
 class Evaluator:
     """Runs ``num_episodes`` episodes, one per environment, with the policy's
-    `predict_step`.
+    `predict_step` (deterministic) or its `rollout_step` (the sampling policy
+    that collects training data).
 
     Evaluation never calls a collective, so in distributed training it runs
     on rank 0 alone.
@@ -24,13 +25,32 @@ class Evaluator:
             scenarios in MetaDrive) and differ only by the policy.
     """
 
-    def __init__(self, env, seed: Optional[int] = None):
+    def __init__(self, env, seed: Optional[int] = None,
+                 deterministic: bool = True):
         self._env = env
         self._seed = seed
+        self._deterministic = deterministic
+
+    def _act(self, algorithm, observation) -> torch.Tensor:
+        if self._deterministic:
+            return algorithm.predict_step(observation).output
+        return algorithm.rollout_step(observation).output
 
     @torch.inference_mode()
     def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
-        """Plays one episode in each environment; returns the averages."""
+        """Plays one episode in each environment; returns the averages.
+
+        A sampling policy draws from its own RNG stream (seeded by ``seed``),
+        so evaluations are reproducible and leave training's RNG alone.
+        """
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available(
+        ) and torch.cuda.is_initialized() else []
+        with torch.random.fork_rng(devices=devices):
+            if self._seed is not None:
+                torch.manual_seed(self._seed)
+            return self._evaluate(algorithm)
+
+    def _evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
         n = self._env.num_envs
         ts = self._env.reset(seed=self._seed)
         returns = torch.zeros(n)
@@ -40,7 +60,7 @@ class Evaluator:
         running = torch.ones(n, dtype=torch.bool)
         while running.any():
             obs = algorithm.observe(ts.observation, update=False)
-            ts = self._env.step(algorithm.predict_step(obs).output)
+            ts = self._env.step(self._act(algorithm, obs))
             returns += ts.reward * running
             lengths += running
             ending = running & ts.done

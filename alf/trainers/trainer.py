@@ -78,7 +78,8 @@ class Trainer:
         if self.is_chief:
             self._evaluator = Evaluator(cfg.env_load_fn(
                 cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
-                asynchronous=cfg.async_env), seed=cfg.seed + 1_000_003)
+                asynchronous=cfg.async_env), seed=cfg.seed + 1_000_003,
+                deterministic=cfg.eval_deterministic)
 
     def _writer(self, name: str):
         if name not in self._writers:

@@ -35,7 +35,13 @@ class TrainerConfig:
         seed: base random seed.
         eval_interval: evaluate every this many iterations (0: only at the
             end).
-        num_eval_episodes: episodes per evaluation (deterministic policy).
+        num_eval_episodes: episodes per evaluation.
+        eval_deterministic: evaluate the deterministic policy (the mode:
+            the Gaussian's mean, the most likely category); False evaluates
+            the sampling policy that collects training data. They can
+            differ a lot when actions are clipped: a Gaussian whose mean
+            sits beyond the bound acts like a constant action when
+            deterministic.
         summary_interval: write training summaries every this many
             iterations.
         checkpoint_interval: save a checkpoint every this many iterations
@@ -68,6 +74,7 @@ class TrainerConfig:
     seed: int = 0
     eval_interval: int = 20
     num_eval_episodes: int = 10
+    eval_deterministic: bool = True
     summary_interval: int = 10
     checkpoint_interval: int = 100
     max_checkpoints: Optional[int] = 5

@@ -82,3 +82,29 @@ def test_evaluator_reports_metrics_of_each_episode():
     assert out["success_rate"] == 1.0
     assert out["average_episode_length"] == 3.0
     evaluator.close()
+
+
+class _Coin(_AlwaysOne):
+    """Deterministic: always 0 (never succeeds); sampling: a fair coin."""
+
+    def predict_step(self, obs):
+        from alf.data_structures import AlgStep
+        return AlgStep(output=torch.zeros(obs.shape[0], dtype=torch.int64))
+
+    def rollout_step(self, obs):
+        from alf.data_structures import AlgStep
+        return AlgStep(output=torch.randint(2, (obs.shape[0], )))
+
+
+def test_sampling_evaluation_is_reproducible_and_leaves_training_rng():
+    deterministic = Evaluator(_env(8, [3] * 8), seed=5)
+    assert deterministic.evaluate(_Coin())["success_rate"] == 0.0
+    deterministic.close()
+    sampling = Evaluator(_env(8, [3] * 8), seed=5, deterministic=False)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    first = sampling.evaluate(_Coin())
+    assert torch.equal(torch.get_rng_state(), before)
+    assert 0.0 < first["success_rate"] < 1.0  # 1 - 1/8 per episode
+    assert sampling.evaluate(_Coin()) == first
+    sampling.close()
