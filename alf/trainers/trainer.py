@@ -275,7 +275,8 @@ class Trainer:
         w = self._writer("train")
         # One device-to-host copy for all of them (some may be on a GPU).
         values = torch.stack([v.detach().float().to(self.device)
-                              for v in stats.values()]).tolist()
+                              for v in stats.values()]).tolist() if stats \
+            else []  # an off-policy algorithm still collecting
         for name, value in zip(stats, values):
             w.add_scalar(f"train/{name}", value, self.env_steps)
         for name, value in episodes.items():

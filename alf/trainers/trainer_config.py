@@ -30,7 +30,14 @@ class TrainerConfig:
         async_env: one subprocess per environment (for slow environments).
         unroll_length: environment steps per environment per iteration.
         mini_batch_size: transitions per minibatch (global).
-        num_updates_per_train_iter: epochs over each unroll (on-policy).
+        num_updates_per_train_iter: epochs over each unroll (on-policy);
+            gradient updates per iteration (off-policy: with
+            ``unroll_length * num_envs`` env steps per iteration this sets
+            the updates per env step).
+        initial_collect_steps: off-policy: env steps (global) of uniformly
+            random actions stored before training starts.
+        replay_buffer_capacity: off-policy: transitions kept (global; each
+            of N ranks keeps 1/N of them).
         num_env_steps: training budget in environment steps (global).
         seed: base random seed.
         eval_interval: evaluate every this many iterations (0: only at the
@@ -71,6 +78,8 @@ class TrainerConfig:
     mini_batch_size: int = 256
     num_updates_per_train_iter: int = 10
     num_env_steps: int = 100_000
+    initial_collect_steps: int = 0
+    replay_buffer_capacity: int = 100_000
     seed: int = 0
     eval_interval: int = 20
     num_eval_episodes: int = 10
@@ -91,11 +100,17 @@ class TrainerConfig:
         for name in ("num_envs", "unroll_length", "mini_batch_size",
                      "num_updates_per_train_iter", "num_env_steps",
                      "num_eval_episodes", "summary_interval",
-                     "checkpoint_interval", "torch_num_threads"):
+                     "checkpoint_interval", "torch_num_threads",
+                     "replay_buffer_capacity"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   "be a positive integer")
+        if (not isinstance(self.initial_collect_steps, int)
+                or self.initial_collect_steps < 0):
+            raise ConfigError(f"TrainerConfig.initial_collect_steps="
+                              f"{self.initial_collect_steps!r}; it must be "
+                              "an integer >= 0")
         _parse_device(self.device)
 
     def resolve_device(self, group: Optional[str] = None) -> torch.device:
@@ -159,15 +174,17 @@ class TrainerConfig:
         """
         if world_size == 1:
             return self
-        for name in ("num_envs", "mini_batch_size"):
+        divided = ("num_envs", "mini_batch_size", "initial_collect_steps",
+                   "replay_buffer_capacity")
+        for name in divided:
             if getattr(self, name) % world_size:
                 raise ConfigError(
                     f"TrainerConfig.{name}={getattr(self, name)} does not "
                     f"divide among {world_size} processes; use a multiple of "
                     f"{world_size}")
         return dataclasses.replace(
-            self, num_envs=self.num_envs // world_size,
-            mini_batch_size=self.mini_batch_size // world_size)
+            self, **{name: getattr(self, name) // world_size
+                     for name in divided})
 
 
 def _parse_device(setting) -> torch.device:

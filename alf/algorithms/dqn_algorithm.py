@@ -1,0 +1,139 @@
+"""DQN (Mnih et al., 2015) with the double-DQN target (van Hasselt et al.,
+2016), a target network updated by periodic copy or Polyak averaging, and
+epsilon-greedy collection with a linear schedule."""
+import copy
+from typing import Callable
+
+import gin
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+
+from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
+                                                 polyak_update)
+from alf.data_structures import AlgStep, Experience, LossInfo
+from alf.networks.q_network import QNetwork
+from alf.utils import distributed
+from alf.utils.errors import ConfigError
+
+
+@gin.configurable
+class DQNAlgorithm(OffPolicyAlgorithm):
+    """Double DQN with a Huber TD loss.
+
+    Args:
+        observation_space, action_space, config: see `OffPolicyAlgorithm`;
+            the action space must be Discrete.
+        q_network_ctor: ``(observation_space, action_space) -> module``
+            mapping observations [B, ...] to Q-values [B, n].
+        learning_rate: Adam's learning rate.
+        gamma: discount.
+        double_dqn: pick the bootstrap action with the online network and
+            value it with the target network (False: max of the target).
+        target_update_period: gradient updates between target updates.
+        target_update_tau: 1 copies the online network at each target
+            update; below 1, Polyak-averages towards it.
+        epsilon_start, epsilon_final: epsilon-greedy exploration, from
+            ``epsilon_start`` down to ``epsilon_final`` linearly over the
+            first ``exploration_fraction`` of training.
+        exploration_fraction: see above.
+        epsilon_eval: epsilon of `predict_step` (0: greedy).
+        max_grad_norm: global gradient-norm clip (None: off).
+        **kwargs: `OffPolicyAlgorithm`'s replay options.
+    """
+
+    def __init__(self, observation_space, action_space, config,
+                 q_network_ctor: Callable = QNetwork,
+                 learning_rate: float = 1e-4, gamma: float = 0.99,
+                 double_dqn: bool = True, target_update_period: int = 1000,
+                 target_update_tau: float = 1.0, epsilon_start: float = 1.0,
+                 epsilon_final: float = 0.05,
+                 exploration_fraction: float = 0.1,
+                 epsilon_eval: float = 0.0, max_grad_norm=10.0, **kwargs):
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ConfigError(
+                f"DQNAlgorithm needs a Discrete action space; "
+                f"{config.env_name} has {action_space}; use SACAlgorithm for "
+                "continuous actions")
+        super().__init__(observation_space, action_space, config,
+                         max_grad_norm=max_grad_norm, **kwargs)
+        self.q_net = q_network_ctor(observation_space, action_space)
+        self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.add_optimizer(torch.optim.Adam(self.q_net.parameters(),
+                                            lr=learning_rate, fused=True))
+        self._gamma = gamma
+        self._double = double_dqn
+        self._target_period = target_update_period
+        self._tau = target_update_tau
+        self._eps = (epsilon_start, epsilon_final, exploration_fraction)
+        self._eps_eval = epsilon_eval
+        self._num_actions = int(action_space.n)
+        # A buffer, so that checkpoints keep the target-update phase.
+        self.register_buffer("num_updates", torch.zeros((),
+                                                        dtype=torch.int64))
+        self._updates = 0  # python mirror: no .item() per update
+
+    # ---- acting -----------------------------------------------------------
+    def epsilon(self) -> float:
+        """Collection epsilon at the current training progress."""
+        start, final, fraction = self._eps
+        if fraction <= 0:
+            return final
+        return start + (final - start) * min(self._progress / fraction, 1.0)
+
+    def _epsilon_greedy(self, observation, epsilon: float) -> torch.Tensor:
+        greedy = self.q_net(observation).argmax(-1)
+        if epsilon <= 0:
+            return greedy
+        n = greedy.shape[0]
+        explore = torch.rand(n, device=greedy.device) < epsilon
+        random = torch.randint(self._num_actions, (n, ), device=greedy.device)
+        return torch.where(explore, random, greedy)
+
+    def predict_step(self, observation) -> AlgStep:
+        return AlgStep(output=self._epsilon_greedy(observation,
+                                                   self._eps_eval))
+
+    def policy_step(self, observation) -> AlgStep:
+        return AlgStep(output=self._epsilon_greedy(observation,
+                                                   self.epsilon()))
+
+    # ---- training ---------------------------------------------------------
+    @distributed.data_distributed
+    def minibatch_loss(self, batch: Experience, weights: torch.Tensor,
+                       loss_scale: float) -> LossInfo:
+        q = self.q_net(batch.observation)
+        q_taken = q.gather(1, batch.action.long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            target_q = self.target_q_net(batch.next_observation)
+            if self._double:
+                best = self.q_net(batch.next_observation).argmax(-1,
+                                                                 keepdim=True)
+                next_value = target_q.gather(1, best).squeeze(1)
+            else:
+                next_value = target_q.max(-1).values
+            # A terminal state has no future; a truncated episode's
+            # next_observation is its real last state, so it bootstraps.
+            target = batch.reward + self._gamma * next_value * (
+                ~batch.terminated).to(next_value.dtype)
+        td = q_taken - target
+        per_item = F.smooth_l1_loss(q_taken, target, reduction="none")
+        loss = loss_scale * (weights * per_item).sum()
+        # Sums over a count of at least 1: a rank may draw no items
+        # (global prioritized replay).
+        n = max(td.numel(), 1)
+        return LossInfo(loss, dict(q=q_taken.detach().sum() / n,
+                                   td_abs=td.detach().abs().sum() / n,
+                                   epsilon=torch.tensor(
+                                       self.epsilon(), device=q.device)),
+                        priority=td.detach().abs())
+
+    def after_update(self) -> None:
+        self._updates += 1
+        self.num_updates.fill_(self._updates)
+        if self._updates % self._target_period == 0:
+            polyak_update(self.target_q_net, self.q_net, self._tau)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._updates = int(self.num_updates)

@@ -1,0 +1,171 @@
+"""Soft Actor-Critic (Haarnoja et al., 2018) for continuous actions: a
+tanh-squashed Gaussian actor, twin critics with Polyak-averaged targets and
+automatic entropy tuning."""
+import copy
+import math
+from typing import Callable, Optional, Sequence
+
+import gin
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
+                                                 polyak_update)
+from alf.data_structures import AlgStep, Experience, LossInfo
+from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
+from alf.networks.q_network import CriticEnsemble
+from alf.utils import distributed
+from alf.utils.errors import ConfigError
+
+_LOG_STD_RANGE = (-20.0, 2.0)
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@gin.configurable
+class SquashedGaussianActor(nn.Module):
+    """Observation -> tanh(N(mean(s), std(s))) in [-1, 1]^d.
+
+    Args:
+        observation_space, action_space: Box spaces.
+        hidden_sizes, activation: see `EncodingNetwork`.
+    """
+
+    def __init__(self, observation_space, action_space,
+                 hidden_sizes: Sequence[int] = (256, 256),
+                 activation: str = "relu"):
+        super().__init__()
+        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+                                       activation)
+        self.action_dim = flat_size(action_space)
+        self.head = orthogonal_init(
+            nn.Linear(self.encoder.output_size, 2 * self.action_dim), 0.01)
+
+    def forward(self, observation: torch.Tensor):
+        """Returns (mean, log_std), each [B, d]."""
+        mean, log_std = self.head(self.encoder(observation)).chunk(2, -1)
+        return mean, log_std.clamp(*_LOG_STD_RANGE)
+
+    def sample(self, observation: torch.Tensor):
+        """A reparameterised sample in [-1, 1]^d and its log-probability."""
+        mean, log_std = self(observation)
+        noise = torch.randn_like(mean)
+        pre = mean + log_std.exp() * noise
+        action = torch.tanh(pre)
+        # log N(pre) minus the log-determinant of tanh, in the stable form
+        # log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2x)).
+        log_prob = (-0.5 * noise.square() - log_std - _HALF_LOG_2PI).sum(-1)
+        log_prob = log_prob - (2 * (math.log(2) - pre - F.softplus(-2 * pre))
+                               ).sum(-1)
+        return action, log_prob
+
+    def mode(self, observation: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self(observation)[0])
+
+
+@gin.configurable
+class SACAlgorithm(OffPolicyAlgorithm):
+    """SAC with twin critics and automatic entropy tuning.
+
+    Actions are stored as the environment takes them; the networks work in
+    [-1, 1]^d and the action bounds are mapped affinely.
+
+    Args:
+        observation_space, action_space, config: see `OffPolicyAlgorithm`;
+            the action space must be a bounded Box.
+        actor_ctor: ``(observation_space, action_space) -> module`` like
+            `SquashedGaussianActor`.
+        critic_ctor: ``(observation_space, action_space) -> module`` like
+            `CriticEnsemble` (Q-values [k, B]; ``detach_params``).
+        learning_rate: Adam's learning rate (actor, critics and alpha).
+        gamma: discount.
+        tau: Polyak coefficient of the target critics per update.
+        initial_alpha: initial entropy temperature.
+        target_entropy: entropy target (default ``-action_dim``).
+        **kwargs: `OffPolicyAlgorithm`'s replay options.
+    """
+
+    def __init__(self, observation_space, action_space, config,
+                 actor_ctor: Callable = SquashedGaussianActor,
+                 critic_ctor: Callable = CriticEnsemble,
+                 learning_rate: float = 3e-4, gamma: float = 0.99,
+                 tau: float = 0.005, initial_alpha: float = 1.0,
+                 target_entropy: Optional[float] = None, **kwargs):
+        if not (isinstance(action_space, gym.spaces.Box)
+                and action_space.is_bounded()):
+            raise ConfigError(
+                f"SACAlgorithm needs a bounded Box action space; "
+                f"{config.env_name} has {action_space}; use DQNAlgorithm for "
+                "discrete actions")
+        super().__init__(observation_space, action_space, config, **kwargs)
+        self.actor = actor_ctor(observation_space, action_space)
+        self.critics = critic_ctor(observation_space, action_space)
+        self.target_critics = copy.deepcopy(self.critics).requires_grad_(
+            False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha)))
+        # One Adam over actor, critics and alpha: Adam is per parameter and
+        # each loss term reaches only its own parameters, so this equals
+        # three optimizers with one learning rate.
+        self.add_optimizer(torch.optim.Adam(
+            [p for p in self.parameters() if p.requires_grad],
+            lr=learning_rate, fused=True))
+        low = torch.as_tensor(action_space.low, dtype=torch.float32)
+        high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        self.register_buffer("_action_scale", (high - low) / 2,
+                             persistent=False)
+        self.register_buffer("_action_center", (high + low) / 2,
+                             persistent=False)
+        self._gamma, self._tau = gamma, tau
+        self._target_entropy = (-float(flat_size(action_space))
+                                if target_entropy is None else target_entropy)
+
+    def _to_env(self, unit_action: torch.Tensor) -> torch.Tensor:
+        return unit_action * self._action_scale + self._action_center
+
+    def _to_unit(self, env_action: torch.Tensor) -> torch.Tensor:
+        return (env_action - self._action_center) / self._action_scale
+
+    # ---- acting -----------------------------------------------------------
+    def predict_step(self, observation) -> AlgStep:
+        return AlgStep(output=self._to_env(self.actor.mode(observation)))
+
+    def policy_step(self, observation) -> AlgStep:
+        return AlgStep(output=self._to_env(self.actor.sample(observation)[0]))
+
+    # ---- training ---------------------------------------------------------
+    @distributed.data_distributed
+    def minibatch_loss(self, batch: Experience, weights: torch.Tensor,
+                       loss_scale: float) -> LossInfo:
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            next_action, next_log_prob = self.actor.sample(
+                batch.next_observation)
+            next_q = self.target_critics(batch.next_observation,
+                                         next_action).min(0).values
+            target = batch.reward + self._gamma * (
+                ~batch.terminated).to(next_q.dtype) * (
+                    next_q - alpha * next_log_prob)
+        q = self.critics(batch.observation, self._to_unit(batch.action))
+        td = q - target  # [k, B]
+        critic_items = 0.5 * td.square().sum(0)
+
+        action, log_prob = self.actor.sample(batch.observation)
+        # Constant critics here: the actor loss must not train them.
+        q_pi = self.critics(batch.observation, action,
+                            detach_params=True).min(0).values
+        actor_items = alpha * log_prob - q_pi
+        alpha_items = -self.log_alpha * (log_prob.detach() +
+                                         self._target_entropy)
+        loss = loss_scale * ((weights * critic_items).sum() +
+                             actor_items.sum() + alpha_items.sum())
+        n = max(td.shape[1], 1)  # a rank may draw no items (global PER)
+        return LossInfo(loss, dict(
+            critic_loss=critic_items.detach().sum() / n,
+            actor_loss=actor_items.detach().sum() / n,
+            alpha=alpha, entropy=-log_prob.detach().sum() / n,
+            q=q.detach().mean(0).sum() / n),
+            priority=td.detach().abs().mean(0))
+
+    def after_update(self) -> None:
+        polyak_update(self.target_critics, self.critics, self._tau)
