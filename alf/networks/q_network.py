@@ -60,11 +60,13 @@ class CriticEnsemble(nn.Module):
         self.biases = nn.ParameterList()
         for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
             gain = 1.0 if i == len(sizes) - 2 else math.sqrt(2)
-            w = torch.empty(num_critics, n_out, n_in)
+            # Stored [k, in, out] for baddbmm, with plain row-major strides
+            # (a transposed copy keeps odd strides on size-1 dims, which
+            # DDP's gradient buckets then copy around).
+            w = torch.empty(num_critics, n_in, n_out)
             for k in range(num_critics):
-                nn.init.orthogonal_(w[k], gain)
-            # Stored [k, in, out] for baddbmm.
-            self.weights.append(nn.Parameter(w.transpose(1, 2).contiguous()))
+                w[k] = nn.init.orthogonal_(torch.empty(n_out, n_in), gain).T
+            self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(torch.zeros(num_critics, 1,
                                                         n_out)))
 

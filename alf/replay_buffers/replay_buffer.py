@@ -85,6 +85,7 @@ class ReplayBuffer(nn.Module):
         """Number of transitions stored (time steps x streams)."""
         return self.num_steps * self.batch_size
 
+    @torch.no_grad()  # stored data never carries an autograd graph
     def add_batch(self, batch) -> None:
         """Appends one time step: a nest whose leaves have shape [B, ...]."""
         if self._treespec is None:
