@@ -187,6 +187,16 @@ def test_gpu_device_without_gpu_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_dqn_on_continuous_actions_is_one_line(tmp_path):
+    root = tmp_path / "run"
+    res = run_cli(root, "dqn_cart_pole.gin",
+                  TrainerConfig__env_name='"Pendulum-v1"')
+    assert_one_line_error(res, "Discrete action space", "Pendulum-v1",
+                          "SACAlgorithm")
+    assert_nothing_written(root)
+
+
+@pytest.mark.timeout(120)
 def test_root_dir_that_cannot_be_written(tmp_path):
     # A path under a regular file: not creatable even by root.
     afile = tmp_path / "afile"

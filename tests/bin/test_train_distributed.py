@@ -172,3 +172,23 @@ def test_user_algorithm_example_trains_with_two_processes(tmp_path):
     ], gin_file="custom_algorithm.gin"))
     assert res.returncode == 0, res.stderr[-3000:]
     assert read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"][-1] == 2048
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("gin_file,params", [
+    ("sac_pendulum.gin", ["TrainerConfig.num_env_steps=400",
+                          "TrainerConfig.eval_interval=100",
+                          "SACAlgorithm.replay='prioritized_global'"]),
+    ("dqn_cart_pole.gin", ["TrainerConfig.num_env_steps=2048",
+                           "TrainerConfig.eval_interval=4",
+                           "TrainerConfig.initial_collect_steps=512"]),
+])
+def test_off_policy_examples_train_with_two_processes(tmp_path, gin_file,
+                                                       params):
+    res = _run(_cmd(tmp_path, params + [
+        "TrainerConfig.num_eval_episodes=2",
+        "TrainerConfig.sync_check_interval=10"], gin_file=gin_file))
+    assert res.returncode == 0, res.stderr[-3000:]
+    steps = read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"]
+    assert steps[-1] == int(params[0].split("=")[1])
+    assert len(steps) == 2
