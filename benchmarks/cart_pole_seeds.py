@@ -1,7 +1,10 @@
-r"""Does a CartPole config reach an evaluation return of 475 within 100k env
-steps? Trains one run per seed (two at a time) and prints a table.
+r"""Does a config reach an evaluation return of 475 (``--threshold``) within
+100k env steps (``--num_env_steps``)? Trains one run per seed (two at a time)
+and prints a table.
 
     python benchmarks/cart_pole_seeds.py --seeds 5 [--gin_file ppg_cart_pole.gin]
+    python benchmarks/cart_pole_seeds.py --seeds 5 --gin_file sac_pendulum.gin \
+        --threshold -200 --num_env_steps 20000 --eval_interval -1
     python benchmarks/cart_pole_seeds.py --seeds 5 --gin_file ppg_cart_pole.gin \
         --parallel 1 --extra=--distributed=multi-process --extra=--num_processes=2
 """
@@ -19,6 +22,9 @@ def main():
                         help="runs at a time (1 for 2-process runs)")
     parser.add_argument("--num_env_steps", type=int, default=100_000)
     parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--eval_interval", type=int, default=10,
+                        help="iterations between evaluations (-1: the gin "
+                        "file's)")
     parser.add_argument("--root", default=None,
                         help="keep the runs here (default: a temp folder)")
     parser.add_argument("--extra", action="append", default=[],
@@ -26,10 +32,11 @@ def main():
                         "--extra=--distributed=multi-process")
     args = parser.parse_args()
     root = args.root or tempfile.mkdtemp(prefix="cart_pole_seeds_")
-    results = train_runs(args.gin_file, root, range(args.seeds), [
-        f"TrainerConfig.num_env_steps={args.num_env_steps}",
-        "TrainerConfig.eval_interval=10"
-    ], parallel=args.parallel, extra_args=args.extra)
+    params = [f"TrainerConfig.num_env_steps={args.num_env_steps}"]
+    if args.eval_interval >= 0:
+        params.append(f"TrainerConfig.eval_interval={args.eval_interval}")
+    results = train_runs(args.gin_file, root, range(args.seeds), params,
+                         parallel=args.parallel, extra_args=args.extra)
     print(f"{args.gin_file} {' '.join(args.extra)}: runs in {root}")
     print(f"{'seed':>4s} {'first env steps with return >= ' + str(int(args.threshold)):>38s}"
           f" {'best return':>12s} {'final return':>13s}")

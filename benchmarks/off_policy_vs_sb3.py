@@ -1,0 +1,117 @@
+r"""alf SAC/DQN vs Stable-Baselines3 SAC/DQN, side by side in one run.
+
+Same hyperparameters on both sides (alf's examples, which take RL-zoo's):
+
+* ``--algo sac``: Pendulum-v1, 2 envs, one update per env step (2 per
+  2-env step), batch 256, lr 1e-3, tau 0.005, gamma 0.99, 100 random steps
+  first, automatic entropy tuning, 256x256 ReLU networks;
+* ``--algo dqn``: CartPole-v1, 2 envs, 128 updates every 256 env steps,
+  batch 64, lr 2.3e-3, 1,000 random steps first, epsilon 1 -> 0.04 over 8,000
+  steps, target network = the online one at the start of each burst,
+  256x256 ReLU, Huber loss, grad-norm clip 10. alf computes the double-DQN
+  target (one more forward of the online network per update); SB3's DQN
+  does not.
+
+One torch thread; runs alternate between the libraries so machine noise hits
+both. Throughput counts training only; the return is a deterministic
+10-episode evaluation after training.
+
+    pip install -e '.[bench]' -c constraints.txt
+    python benchmarks/off_policy_vs_sb3.py --algo sac --seeds 3
+    python benchmarks/off_policy_vs_sb3.py --algo dqn --seeds 3
+"""
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+from runs import throughput_params
+
+SETUPS = {
+    "sac": dict(gin="sac_pendulum.gin", env="Pendulum-v1", steps=20_000),
+    "dqn": dict(gin="dqn_cart_pole.gin", env="CartPole-v1", steps=50_000),
+}
+
+
+def run_alf(algo: str, seed: int, num_env_steps: int):
+    import alf.config
+    from alf.trainers import Trainer
+    params = throughput_params(num_env_steps) + [f"TrainerConfig.seed={seed}"]
+    if algo == "dqn":  # RL-zoo explores over 8k steps whatever the budget
+        params.append(f"DQNAlgorithm.exploration_fraction="
+                      f"{8000 / num_env_steps}")
+    alf.config.parse_config([SETUPS[algo]["gin"]], params)
+    with tempfile.TemporaryDirectory() as root:
+        trainer = Trainer(root)
+        metrics = trainer.train()
+    return trainer.steps_per_second, metrics["average_return"]
+
+
+def _sb3_model(algo: str, seed: int, num_env_steps: int):
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env(SETUPS[algo]["env"], n_envs=2, seed=seed)
+    common = dict(seed=seed, device="cpu", verbose=0,
+                  policy_kwargs=dict(net_arch=[256, 256]))
+    if algo == "sac":
+        return SAC("MlpPolicy", env, learning_rate=1e-3, buffer_size=1_000_000,
+                   learning_starts=100, batch_size=256, tau=0.005, gamma=0.99,
+                   train_freq=1, gradient_steps=2, ent_coef="auto", **common)
+    return DQN("MlpPolicy", env, learning_rate=2.3e-3, buffer_size=100_000,
+               learning_starts=1000, batch_size=64, gamma=0.99,
+               target_update_interval=10, train_freq=128, gradient_steps=128,
+               exploration_fraction=8000 / num_env_steps,
+               exploration_final_eps=0.04, max_grad_norm=10, **common)
+
+
+def run_sb3(algo: str, seed: int, num_env_steps: int):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    model = _sb3_model(algo, seed, num_env_steps)
+    start = time.perf_counter()
+    model.learn(total_timesteps=num_env_steps)
+    rate = model.num_timesteps / (time.perf_counter() - start)
+    mean_return, _ = evaluate_policy(
+        model, make_vec_env(SETUPS[algo]["env"], n_envs=1, seed=seed + 1000),
+        n_eval_episodes=10, deterministic=True)
+    return rate, mean_return
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", choices=sorted(SETUPS), default="sac")
+    parser.add_argument("--num_env_steps", type=int, default=None,
+                        help="default: 20,000 (sac), 50,000 (dqn)")
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    steps = args.num_env_steps or SETUPS[args.algo]["steps"]
+    torch.set_num_threads(1)
+    print(f"{args.algo}, {steps} env steps; load before: "
+          f"{os.getloadavg()[0]:.2f}")
+    rows = {"alf": [], "sb3": []}
+    for seed in range(args.seeds):
+        order = (("alf", run_alf), ("sb3", run_sb3))
+        for name, fn in (order if seed % 2 == 0 else order[::-1]):
+            rate, ret = fn(args.algo, seed, steps)
+            rows[name].append((rate, ret))
+            print(f"{name:4s} seed {seed}: {rate:8.0f} env steps/s, "
+                  f"eval return {ret:8.1f}", flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    print(f"\n{'library':8s} {'env steps/s':>12s} {'eval return':>12s}")
+    for name, r in rows.items():
+        print(f"{name:8s} {statistics.mean(x for x, _ in r):12.0f} "
+              f"{statistics.mean(y for _, y in r):12.1f}")
+    ratios = [a[0] / s[0] for a, s in zip(rows["alf"], rows["sb3"])]
+    print(f"\nspeed ratio alf/sb3 per seed: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}; "
+          f"mean {statistics.mean(ratios):.2f}x ({args.algo}, {steps} env "
+          f"steps, {args.seeds} seeds)")
+
+
+if __name__ == "__main__":
+    main()
