@@ -62,6 +62,15 @@ class OffPolicyAlgorithm(RLAlgorithm):
                 f"{steps} steps of {config.num_envs} environments, less than "
                 f"one unroll (unroll_length={config.unroll_length}); make it "
                 f"at least {config.unroll_length * config.num_envs}")
+        held = steps * config.num_envs
+        for name in ("mini_batch_size", "initial_collect_steps"):
+            if getattr(config, name) > held:
+                # Training would wait forever for a buffer this full.
+                raise ConfigError(
+                    f"TrainerConfig.{name}={getattr(config, name)} (per "
+                    f"process) is more than the replay buffer holds ({held} "
+                    f"transitions); raise replay_buffer_capacity or lower "
+                    f"{name}")
         self._replay = replay
         if replay == "uniform":
             self.replay_buffer = ReplayBuffer(steps, config.num_envs)

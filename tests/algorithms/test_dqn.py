@@ -99,3 +99,9 @@ def test_capacity_smaller_than_one_unroll_is_refused():
     with pytest.raises(ConfigError, match="less than one unroll"):
         DQNAlgorithm(OBS, gym.spaces.Discrete(3),
                      _config(replay_buffer_capacity=6))
+
+
+@pytest.mark.parametrize("name", ["mini_batch_size", "initial_collect_steps"])
+def test_minibatch_or_initial_collection_larger_than_buffer(name):
+    with pytest.raises(ConfigError, match=f"{name}=40 .* holds \\(16"):
+        DQNAlgorithm(OBS, gym.spaces.Discrete(3), _config(**{name: 40}))
