@@ -22,13 +22,12 @@ both. Throughput counts training only; the return is a deterministic
 """
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import torch
 
-from runs import throughput_params
+from runs import print_library_comparison, throughput_params
 
 SETUPS = {
     "sac": dict(gin="sac_pendulum.gin", env="Pendulum-v1", steps=20_000),
@@ -101,16 +100,8 @@ def main():
             rows[name].append((rate, ret))
             print(f"{name:4s} seed {seed}: {rate:8.0f} env steps/s, "
                   f"eval return {ret:8.1f}", flush=True)
-    print(f"load after: {os.getloadavg()[0]:.2f}")
-    print(f"\n{'library':8s} {'env steps/s':>12s} {'eval return':>12s}")
-    for name, r in rows.items():
-        print(f"{name:8s} {statistics.mean(x for x, _ in r):12.0f} "
-              f"{statistics.mean(y for _, y in r):12.1f}")
-    ratios = [a[0] / s[0] for a, s in zip(rows["alf"], rows["sb3"])]
-    print(f"\nspeed ratio alf/sb3 per seed: "
-          f"{', '.join(f'{r:.2f}' for r in ratios)}; "
-          f"mean {statistics.mean(ratios):.2f}x ({args.algo}, {steps} env "
-          f"steps, {args.seeds} seeds)")
+    print_library_comparison(
+        rows, f"{args.algo}, {steps} env steps, {args.seeds} seeds")
 
 
 if __name__ == "__main__":

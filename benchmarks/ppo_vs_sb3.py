@@ -12,13 +12,12 @@ deterministic 10-episode evaluation after training.
 """
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import torch
 
-from runs import throughput_params
+from runs import print_library_comparison, throughput_params
 
 
 def run_alf(seed: int, num_env_steps: int):
@@ -68,18 +67,8 @@ def main():
             rows[name].append((rate, ret))
             print(f"{name:4s} seed {seed}: {rate:8.0f} env steps/s, "
                   f"eval return {ret:6.1f}", flush=True)
-    print(f"load after: {os.getloadavg()[0]:.2f}")
-    print(f"\n{'library':8s} {'env steps/s':>12s} {'eval return':>12s}")
-    mean = {}
-    for name, r in rows.items():
-        mean[name] = (statistics.mean(x for x, _ in r),
-                      statistics.mean(y for _, y in r))
-        print(f"{name:8s} {mean[name][0]:12.0f} {mean[name][1]:12.1f}")
-    ratios = [a[0] / s[0] for a, s in zip(rows["alf"], rows["sb3"])]
-    print(f"\nspeed ratio alf/sb3 per seed: "
-          f"{', '.join(f'{r:.2f}' for r in ratios)}; "
-          f"mean {statistics.mean(ratios):.2f}x "
-          f"({args.num_env_steps} env steps, {args.seeds} seeds)")
+    print_library_comparison(
+        rows, f"{args.num_env_steps} env steps, {args.seeds} seeds")
 
 
 if __name__ == "__main__":

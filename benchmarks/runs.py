@@ -1,6 +1,7 @@
 """Helpers for benchmark scripts: run the train CLI (curves, throughput)."""
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -118,3 +119,17 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
     steps, _, rate = (int(x) for x in found[-1])
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
             "env_steps": steps}
+
+
+def print_library_comparison(rows: Dict[str, list], what: str) -> None:
+    """Prints mean env steps/s and return per library, then alf/sb3 speed
+    ratios per seed. ``rows``: library -> [(steps/s, return)] by seed."""
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+    print(f"\n{'library':8s} {'env steps/s':>12s} {'eval return':>12s}")
+    for name, r in rows.items():
+        print(f"{name:8s} {statistics.mean(x for x, _ in r):12.0f} "
+              f"{statistics.mean(y for _, y in r):12.1f}")
+    ratios = [a[0] / s[0] for a, s in zip(rows["alf"], rows["sb3"])]
+    print(f"\nspeed ratio alf/sb3 per seed: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}; "
+          f"mean {statistics.mean(ratios):.2f}x ({what})")

@@ -1,5 +1,4 @@
 """SAC: the squashed Gaussian, which loss trains what, targets, learning."""
-import math
 
 import gymnasium as gym
 import pytest

@@ -1,6 +1,5 @@
 """In-process tests of alf/trainers/trainer.py: checkpoint/resume, NaN losses,
 interruption (the CLI's Ctrl-C test is in tests/bin/test_train.py)."""
-import dataclasses
 import glob
 import math
 import os

@@ -11,9 +11,8 @@ from alf.data_structures import Experience
 from alf.replay_buffers import ReplayBuffer
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
-from alf.utils.distributed import (DistributedError, activate_ddp,
-                                   check_weights_equal, data_distributed,
-                                   data_distributed_when)
+from alf.utils.distributed import (activate_ddp, check_weights_equal,
+                                   data_distributed, data_distributed_when)
 from distributed_harness import run_ranks, values
 
 pytestmark = pytest.mark.timeout(120)
