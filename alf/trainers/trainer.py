@@ -65,10 +65,6 @@ class Trainer:
         self.algorithm = cfg.algorithm_ctor(
             observation_space=self._env.observation_space,
             action_space=self._env.action_space, config=cfg).to(self.device)
-        if self.is_chief:
-            logging.info("training on %s%s", self.device,
-                         f" in each of {self.world_size} processes"
-                         if self.world_size > 1 else "")
         self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
                                           cfg.max_checkpoints)
         self._episodes = EpisodeStats(cfg.num_envs,
@@ -182,6 +178,9 @@ class Trainer:
                              self.env_steps, gcfg.num_env_steps)
             return {}
         if self.is_chief:
+            logging.info("training on %s%s", self.device,
+                         f" in each of {self.world_size} processes"
+                         if self.world_size > 1 else "")
             self._save_operative_config()
             # Now, so that importing tensorboard does not count against the
             # training throughput (and a refused run writes no event file).
