@@ -27,6 +27,7 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         q_network_ctor: ``(observation_space, action_space) -> module``
             mapping observations [B, ...] to Q-values [B, n].
         learning_rate: Adam's learning rate.
+        adam_eps: Adam's epsilon.
         gamma: discount.
         double_dqn: pick the bootstrap action with the online network and
             value it with the target network (False: max of the target).
@@ -44,7 +45,8 @@ class DQNAlgorithm(OffPolicyAlgorithm):
 
     def __init__(self, observation_space, action_space, config,
                  q_network_ctor: Callable = QNetwork,
-                 learning_rate: float = 1e-4, gamma: float = 0.99,
+                 learning_rate: float = 1e-4, adam_eps: float = 1e-8,
+                 gamma: float = 0.99,
                  double_dqn: bool = True, target_update_period: int = 1000,
                  target_update_tau: float = 1.0, epsilon_start: float = 1.0,
                  epsilon_final: float = 0.05,
@@ -60,7 +62,8 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         self.q_net = q_network_ctor(observation_space, action_space)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.add_optimizer(torch.optim.Adam(self.q_net.parameters(),
-                                            lr=learning_rate, fused=True))
+                                            lr=learning_rate, eps=adam_eps,
+                                            fused=True))
         self._gamma = gamma
         self._double = double_dqn
         self._target_period = target_update_period
