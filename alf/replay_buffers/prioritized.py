@@ -24,7 +24,6 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from alf import nest
 from alf.replay_buffers.replay_buffer import ReplayBuffer
 from alf.replay_buffers.sum_tree import SumTree
 from alf.utils import distributed
@@ -159,10 +158,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         p_min = float(mins[sizes > 0].min())
         # w_i / max w = (p_i / p_min)^-beta: N and T cancel in the ratio.
         weights = (priorities / p_min).pow(-beta).float()
-        t, b = (indices // self.batch_size, indices % self.batch_size)
-        device = self._storage()[0].device
-        t, b = t.to(device), b.to(device)
-        batch = nest.unflatten(self._treespec,
-                               [s[t, b] for s in self._storage()])
-        return PrioritizedBatch(batch, indices, weights.to(device),
+        batch = self.gather(indices)
+        return PrioritizedBatch(batch, indices,
+                                weights.to(self._storage()[0].device),
                                 world / batch_size)

@@ -119,10 +119,15 @@ class ReplayBuffer(nn.Module):
             A nest of [batch_size, ...].
         """
         self._check_nonempty(1)
+        return self.gather(torch.randint(len(self), (batch_size, ),
+                                         generator=generator))
+
+    def gather(self, items: torch.Tensor):
+        """The transitions numbered ``items`` (``t * batch_size + b``: time
+        slot, stream), as a nest of [len(items), ...]."""
         device = self._storage()[0].device
-        idx = torch.randint(len(self), (batch_size, ), generator=generator)
-        t, b = (idx // self.batch_size).to(device), (idx % self.batch_size).to(
-            device)
+        t = (items // self.batch_size).to(device)
+        b = (items % self.batch_size).to(device)
         return nest.unflatten(self._treespec,
                               [s[t, b] for s in self._storage()])
 
