@@ -72,8 +72,11 @@ class Algorithm(nn.Module):
         Returns:
             The gradient norm before clipping (0 without ``max_grad_norm``).
         """
-        for opt in self._optimizers:
-            opt.zero_grad(set_to_none=True)
+        # What zero_grad(set_to_none=True) does, without its per-call
+        # profiler and dynamo wrappers (~30 us, at one update per ms).
+        for group in self._param_groups():
+            for p in group["params"]:
+                p.grad = None
         loss_info.loss.backward()
         norm = torch.zeros((), device=loss_info.loss.device)
         if max_grad_norm is not None:

@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
-                                                 polyak_update)
+                                                 polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.q_network import QNetwork
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
+from alf.utils.optim import Adam
 
 
 @gin.configurable
@@ -61,9 +62,8 @@ class DQNAlgorithm(OffPolicyAlgorithm):
                          max_grad_norm=max_grad_norm, **kwargs)
         self.q_net = q_network_ctor(observation_space, action_space)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.add_optimizer(torch.optim.Adam(self.q_net.parameters(),
-                                            lr=learning_rate, eps=adam_eps,
-                                            fused=True))
+        self.add_optimizer(Adam(self.q_net.parameters(), lr=learning_rate,
+                                eps=adam_eps))
         self._gamma = gamma
         self._double = double_dqn
         self._target_period = target_update_period
@@ -103,33 +103,39 @@ class DQNAlgorithm(OffPolicyAlgorithm):
 
     # ---- training ---------------------------------------------------------
     @distributed.data_distributed
-    def minibatch_loss(self, batch: Experience, weights: torch.Tensor,
-                       loss_scale: float) -> LossInfo:
+    def minibatch_loss(self, batch: Experience, weights, loss_scale: float
+                       ) -> LossInfo:
+        n = batch.action.shape[0]
         q = self.q_net(batch.observation)
         q_taken = q.gather(1, batch.action.long().unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             target_q = self.target_q_net(batch.next_observation)
             if self._double:
-                best = self.q_net(batch.next_observation).argmax(-1,
-                                                                 keepdim=True)
+                best = self.q_net(batch.next_observation).argmax(
+                    -1, keepdim=True)
                 next_value = target_q.gather(1, best).squeeze(1)
             else:
                 next_value = target_q.max(-1).values
             # A terminal state has no future; a truncated episode's
             # next_observation is its real last state, so it bootstraps.
-            target = batch.reward + self._gamma * next_value * (
-                ~batch.terminated).to(next_value.dtype)
+            target = torch.where(batch.terminated, batch.reward,
+                                 batch.reward + self._gamma * next_value)
         td = q_taken - target
         per_item = F.smooth_l1_loss(q_taken, target, reduction="none")
-        loss = loss_scale * (weights * per_item).sum()
+        loss = weighted_sum(per_item, weights, loss_scale)
         # Sums over a count of at least 1: a rank may draw no items
         # (global prioritized replay).
-        n = max(td.numel(), 1)
-        return LossInfo(loss, dict(q=q_taken.detach().sum() / n,
-                                   td_abs=td.detach().abs().sum() / n,
-                                   epsilon=torch.tensor(
-                                       self.epsilon(), device=q.device)),
-                        priority=td.detach().abs())
+        count = max(n, 1)
+        td_abs = td.detach().abs()
+        return LossInfo(loss, dict(q=q_taken.detach().sum() / count,
+                                   td_abs=td_abs.sum() / count),
+                        priority=td_abs)
+
+    def train_iter(self, progress: float):
+        stats = super().train_iter(progress)
+        if stats:
+            stats["epsilon"] = torch.tensor(self.epsilon())
+        return stats
 
     def after_update(self) -> None:
         self._updates += 1

@@ -18,7 +18,7 @@ Replay modes (``replay``):
   global ``mini_batch_size`` drawn from the union of all ranks' buffers
   (`PrioritizedReplayBuffer`).
 """
-from typing import Dict
+from typing import Dict, Optional
 
 import gymnasium as gym
 import torch
@@ -145,24 +145,34 @@ class OffPolicyAlgorithm(RLAlgorithm):
         rb = self.replay_buffer
         if self._replay == "uniform":
             n = self._mini_batch_size
-            weights = torch.ones(n, device=self.device)
-            return PrioritizedBatch(rb.get_batch(n), None, weights, 1.0 / n)
+            return PrioritizedBatch(rb.get_batch(n), None, None, 1.0 / n)
         beta = self._beta0 + (1.0 - self._beta0) * progress
         n = self._mini_batch_size
         if self._replay == "prioritized_global":
             n *= distributed.get_world_size()  # the global minibatch
         return rb.sample(n, beta=beta)
 
-    def minibatch_loss(self, batch: Experience, weights: torch.Tensor,
+    def minibatch_loss(self, batch: Experience,
+                       weights: Optional[torch.Tensor],
                        loss_scale: float) -> LossInfo:
         """The loss of one minibatch, ``loss_scale * sum(weights * l_i)``
-        over its items, with ``priority`` (e.g. |TD error|) per item for
-        prioritized replay. Subclasses decorate it with
+        over its items (`weighted_sum`; ``weights`` is None for uniform
+        replay, i.e. all 1), with ``priority`` (e.g. |TD error|) per item
+        for prioritized replay. Subclasses decorate it with
         `distributed.data_distributed`."""
         raise NotImplementedError
 
     def after_update(self) -> None:
         """Runs after every optimizer step (target network updates)."""
+
+
+def weighted_sum(per_item: torch.Tensor, weights: Optional[torch.Tensor],
+                 loss_scale: float) -> torch.Tensor:
+    """``loss_scale * sum(weights * per_item)``; None weights are all 1
+    (uniform replay: no multiply)."""
+    if weights is not None:
+        per_item = weights * per_item
+    return per_item.sum() * loss_scale
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ from alf.networks.value import ValueNetwork
 from alf.replay_buffers import minibatch_indices
 from alf.utils import distributed
 from alf.utils.errors import ConfigError, TrainingError
+from alf.utils.optim import Adam
 from alf.utils.value_ops import generalized_advantage_estimation
 
 
@@ -104,8 +105,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.actor = actor_network_ctor(observation_space, action_space)
         self.value_net = value_network_ctor(observation_space)
         self.add_optimizer(
-            torch.optim.Adam(self.parameters(), lr=learning_rate,
-                             eps=adam_eps, fused=True))
+            Adam(self.parameters(), lr=learning_rate, eps=adam_eps))
         self._lr, self._lr_schedule = learning_rate, lr_schedule
         self._clip, self._clip_schedule = clip_ratio, clip_schedule
         self._clip_now = clip_ratio

@@ -12,12 +12,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
-                                                 polyak_update)
+                                                 polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
 from alf.networks.q_network import CriticEnsemble
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
+from alf.utils.optim import Adam
 
 _LOG_STD_RANGE = (-20.0, 2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -107,9 +108,9 @@ class SACAlgorithm(OffPolicyAlgorithm):
         # One Adam over actor, critics and alpha: Adam is per parameter and
         # each loss term reaches only its own parameters, so this equals
         # three optimizers with one learning rate.
-        self.add_optimizer(torch.optim.Adam(
+        self.add_optimizer(Adam(
             [p for p in self.parameters() if p.requires_grad],
-            lr=learning_rate, fused=True))
+            lr=learning_rate))
         low = torch.as_tensor(action_space.low, dtype=torch.float32)
         high = torch.as_tensor(action_space.high, dtype=torch.float32)
         self.register_buffer("_action_scale", (high - low) / 2,
@@ -135,8 +136,8 @@ class SACAlgorithm(OffPolicyAlgorithm):
 
     # ---- training ---------------------------------------------------------
     @distributed.data_distributed
-    def minibatch_loss(self, batch: Experience, weights: torch.Tensor,
-                       loss_scale: float) -> LossInfo:
+    def minibatch_loss(self, batch: Experience, weights, loss_scale: float
+                       ) -> LossInfo:
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
             next_action, next_log_prob = self.actor.sample(
@@ -157,8 +158,8 @@ class SACAlgorithm(OffPolicyAlgorithm):
         actor_items = alpha * log_prob - q_pi
         alpha_items = -self.log_alpha * (log_prob.detach() +
                                          self._target_entropy)
-        loss = loss_scale * ((weights * critic_items).sum() +
-                             actor_items.sum() + alpha_items.sum())
+        loss = weighted_sum(critic_items, weights, loss_scale) + (
+            actor_items + alpha_items).sum() * loss_scale
         n = max(td.shape[1], 1)  # a rank may draw no items (global PER)
         return LossInfo(loss, dict(
             critic_loss=critic_items.detach().sum() / n,

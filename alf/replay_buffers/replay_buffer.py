@@ -125,11 +125,13 @@ class ReplayBuffer(nn.Module):
     def gather(self, items: torch.Tensor):
         """The transitions numbered ``items`` (``t * batch_size + b``: time
         slot, stream), as a nest of [len(items), ...]."""
-        device = self._storage()[0].device
-        t = (items // self.batch_size).to(device)
-        b = (items % self.batch_size).to(device)
-        return nest.unflatten(self._treespec,
-                              [s[t, b] for s in self._storage()])
+        storage = self._storage()
+        items = items.to(storage[0].device)
+        # [capacity, B, ...] is contiguous, so item t * B + b is row
+        # t * B + b of the flat view: one index_select per leaf.
+        return nest.unflatten(self._treespec, [
+            s.view((-1, ) + s.shape[2:]).index_select(0, items)
+            for s in storage])
 
     def clear(self) -> None:
         """Forgets the contents (the storage is kept for reuse)."""
