@@ -8,9 +8,12 @@ Same hyperparameters on both sides (alf's examples, which take RL-zoo's):
 * ``--algo dqn``: CartPole-v1, 2 envs, 128 updates every 256 env steps,
   batch 64, lr 2.3e-3, 1,000 random steps first, epsilon 1 -> 0.04 over 8,000
   steps, target network = the online one at the start of each burst,
-  256x256 ReLU, Huber loss, grad-norm clip 10. alf computes the double-DQN
-  target (one more forward of the online network per update); SB3's DQN
-  does not.
+  256x256 ReLU, Huber loss, grad-norm clip 10. SB3's DQN has no double-DQN
+  target, so alf runs plain DQN too (``DQNAlgorithm.double_dqn=False``);
+  ``--double_dqn`` times alf's default instead (one more forward of the
+  online network per update).
+
+``--alf_param`` adds gin bindings to alf's runs only.
 
 One torch thread; runs alternate between the libraries so machine noise hits
 both. Throughput counts training only; the return is a deterministic
@@ -35,10 +38,11 @@ SETUPS = {
 }
 
 
-def run_alf(algo: str, seed: int, num_env_steps: int):
+def run_alf(algo: str, seed: int, num_env_steps: int, extra=()):
     import alf.config
     from alf.trainers import Trainer
-    params = throughput_params(num_env_steps) + [f"TrainerConfig.seed={seed}"]
+    params = throughput_params(num_env_steps) + [f"TrainerConfig.seed={seed}",
+                                                 *extra]
     if algo == "dqn":  # RL-zoo explores over 8k steps whatever the budget
         params.append(f"DQNAlgorithm.exploration_fraction="
                       f"{8000 / num_env_steps}")
@@ -67,7 +71,7 @@ def _sb3_model(algo: str, seed: int, num_env_steps: int):
                exploration_final_eps=0.04, max_grad_norm=10, **common)
 
 
-def run_sb3(algo: str, seed: int, num_env_steps: int):
+def run_sb3(algo: str, seed: int, num_env_steps: int, extra=()):
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -87,16 +91,24 @@ def main():
     parser.add_argument("--num_env_steps", type=int, default=None,
                         help="default: 20,000 (sac), 50,000 (dqn)")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--double_dqn", action="store_true",
+                        help="alf's DQN with its default double-DQN target")
+    parser.add_argument("--alf_param", action="append", default=[],
+                        help="a gin binding for alf's runs (repeatable)")
     args = parser.parse_args()
     steps = args.num_env_steps or SETUPS[args.algo]["steps"]
+    alf_params = list(args.alf_param)
+    if args.algo == "dqn" and not args.double_dqn:
+        alf_params.append("DQNAlgorithm.double_dqn=False")
     torch.set_num_threads(1)
-    print(f"{args.algo}, {steps} env steps; load before: "
-          f"{os.getloadavg()[0]:.2f}")
+    print(f"{args.algo}, {steps} env steps, alf params {alf_params}; load "
+          f"before: {os.getloadavg()[0]:.2f}")
     rows = {"alf": [], "sb3": []}
     for seed in range(args.seeds):
         order = (("alf", run_alf), ("sb3", run_sb3))
         for name, fn in (order if seed % 2 == 0 else order[::-1]):
-            rate, ret = fn(args.algo, seed, steps)
+            rate, ret = fn(args.algo, seed, steps,
+                           alf_params if name == "alf" else ())
             rows[name].append((rate, ret))
             print(f"{name:4s} seed {seed}: {rate:8.0f} env steps/s, "
                   f"eval return {ret:8.1f}", flush=True)

@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Dict, List, Sequence
 
+from alf.bin.compare import welch_pvalue
 from alf.trainers.evaluator import read_eval_csv
 
 
@@ -133,3 +134,15 @@ def print_library_comparison(rows: Dict[str, list], what: str) -> None:
     print(f"\nspeed ratio alf/sb3 per seed: "
           f"{', '.join(f'{r:.2f}' for r in ratios)}; "
           f"mean {statistics.mean(ratios):.2f}x ({what})")
+    returns = {name: [y for _, y in r] for name, r in rows.items()}
+    for name, values in returns.items():
+        print(f"{name} returns per seed: "
+              + ", ".join(f"{v:.1f}" for v in values))
+    if len(returns["alf"]) > 1:
+        # Single evaluations of RL policies are noisy: say whether the
+        # returns differ beyond that noise.
+        p, why = welch_pvalue(returns["alf"], returns["sb3"])
+        print("returns alf vs sb3: " + (
+            f"Welch's t-test p = {p:.2f} ("
+            f"{'differ' if p < 0.05 else 'no significant difference'} at "
+            "0.05)" if p is not None else f"no test ({why})"))

@@ -27,6 +27,20 @@ def orthogonal_init(layer: nn.Module, gain: float) -> nn.Module:
     return layer
 
 
+INITS = ("orthogonal", "torch")
+
+
+def init_layer(layer: nn.Module, gain: float, init: str) -> nn.Module:
+    """Initialises ``layer`` by ``init``: ``orthogonal`` (`orthogonal_init`
+    with ``gain``) or ``torch`` (PyTorch's default, as constructed: what
+    Stable-Baselines3's and CleanRL's DQN use)."""
+    if init == "orthogonal":
+        return orthogonal_init(layer, gain)
+    if init != "torch":
+        raise ValueError(f"unknown init {init!r}; valid: {INITS}")
+    return layer
+
+
 def flat_size(space) -> int:
     """Number of floats in one (flattened) sample of a Box space."""
     return int(np.prod(space.shape))
@@ -46,11 +60,16 @@ class EncodingNetwork(nn.Module):
         conv_layers: ``(channels, kernel, stride)`` per convolution, e.g.
             the Nature-DQN stack ``((32, 8, 4), (64, 4, 2), (64, 3, 1))``;
             each is followed by a ReLU.
+        init: ``orthogonal`` (gain sqrt(2), zero biases) or ``torch``
+            (PyTorch's default); see `init_layer`.
     """
 
     def __init__(self, input_shape, hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh", conv_layers: Sequence = ()):
+                 activation: str = "tanh", conv_layers: Sequence = (),
+                 init: str = "orthogonal"):
         super().__init__()
+        if init not in INITS:  # also when there is no layer to initialise
+            raise ValueError(f"unknown init {init!r}; valid: {INITS}")
         if isinstance(input_shape, int):
             input_shape = (input_shape, )
         input_shape = tuple(input_shape)
@@ -62,8 +81,8 @@ class EncodingNetwork(nn.Module):
                                  f"shape {input_shape}")
             convs, channels = [], input_shape[2]
             for out, kernel, stride in conv_layers:
-                convs += [orthogonal_init(nn.Conv2d(channels, out, kernel,
-                                                    stride), math.sqrt(2)),
+                convs += [init_layer(nn.Conv2d(channels, out, kernel, stride),
+                                     math.sqrt(2), init),
                           nn.ReLU()]
                 channels = out
             self.conv = nn.Sequential(*convs)
@@ -75,7 +94,7 @@ class EncodingNetwork(nn.Module):
         self.layers = nn.ModuleList()
         for size in hidden_sizes:
             self.layers.append(
-                orthogonal_init(nn.Linear(input_size, size), math.sqrt(2)))
+                init_layer(nn.Linear(input_size, size), math.sqrt(2), init))
             input_size = size
         self.output_size = input_size
 

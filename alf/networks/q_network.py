@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from alf.networks.encoding import (EncodingNetwork, flat_size,
-                                   get_activation, orthogonal_init)
+                                   get_activation, init_layer,
+                                   orthogonal_init)
 
 
 @gin.configurable
@@ -19,16 +20,21 @@ class QNetwork(nn.Module):
         observation_space: a Box space.
         action_space: a Discrete space.
         hidden_sizes, activation, conv_layers: see `EncodingNetwork`.
+        init: ``torch`` (PyTorch's default, as RL-zoo's DQN
+            hyperparameters were tuned with) or ``orthogonal``; see
+            `init_layer`.
     """
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (256, 256),
-                 activation: str = "relu", conv_layers: Sequence = ()):
+                 activation: str = "relu", conv_layers: Sequence = (),
+                 init: str = "torch"):
         super().__init__()
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
-                                       activation, conv_layers)
-        self.head = orthogonal_init(
-            nn.Linear(self.encoder.output_size, int(action_space.n)), 1.0)
+                                       activation, conv_layers, init)
+        self.head = init_layer(
+            nn.Linear(self.encoder.output_size, int(action_space.n)), 1.0,
+            init)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
         return self.head(self.encoder(observation))
