@@ -16,8 +16,10 @@ Same hyperparameters on both sides (alf's examples, which take RL-zoo's):
 ``--alf_param`` adds gin bindings to alf's runs only.
 
 One torch thread; runs alternate between the libraries so machine noise hits
-both. Throughput counts training only; the return is a deterministic
-10-episode evaluation after training.
+both. Throughput counts training only. The return is the trained policy's
+deterministic mean over the same 10 episodes for both libraries (resets
+seeded alike): Pendulum's return depends strongly on the start angle, so
+evaluations on different episodes are not comparable.
 
     pip install -e '.[bench]' -c constraints.txt
     python benchmarks/off_policy_vs_sb3.py --algo sac --seeds 3
@@ -38,6 +40,32 @@ SETUPS = {
 }
 
 
+def common_return(act, algo: str, seed: int, episodes: int = 10) -> float:
+    """Mean return of ``act(observation) -> action`` (numpy) over
+    ``episodes`` episodes with the same seeded resets for every library."""
+    import gymnasium as gym
+    env = gym.make(SETUPS[algo]["env"])
+    total = 0.0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=10_000 + 100 * seed + k)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += float(reward)
+            done = terminated or truncated
+    env.close()
+    return total / episodes
+
+
+def _alf_actor(algorithm):
+    def act(obs):
+        with torch.inference_mode():
+            x = algorithm.observe(torch.as_tensor(obs)[None], update=False)
+            action = algorithm.predict_step(x).output[0].cpu().numpy()
+        return action if action.ndim else int(action)
+    return act
+
+
 def run_alf(algo: str, seed: int, num_env_steps: int, extra=()):
     import alf.config
     from alf.trainers import Trainer
@@ -49,8 +77,9 @@ def run_alf(algo: str, seed: int, num_env_steps: int, extra=()):
     alf.config.parse_config([SETUPS[algo]["gin"]], params)
     with tempfile.TemporaryDirectory() as root:
         trainer = Trainer(root)
-        metrics = trainer.train()
-    return trainer.steps_per_second, metrics["average_return"]
+        trainer.train()
+    return trainer.steps_per_second, common_return(
+        _alf_actor(trainer.algorithm), algo, seed)
 
 
 def _sb3_model(algo: str, seed: int, num_env_steps: int):
@@ -72,17 +101,12 @@ def _sb3_model(algo: str, seed: int, num_env_steps: int):
 
 
 def run_sb3(algo: str, seed: int, num_env_steps: int, extra=()):
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
-
     model = _sb3_model(algo, seed, num_env_steps)
     start = time.perf_counter()
     model.learn(total_timesteps=num_env_steps)
     rate = model.num_timesteps / (time.perf_counter() - start)
-    mean_return, _ = evaluate_policy(
-        model, make_vec_env(SETUPS[algo]["env"], n_envs=1, seed=seed + 1000),
-        n_eval_episodes=10, deterministic=True)
-    return rate, mean_return
+    return rate, common_return(
+        lambda obs: model.predict(obs, deterministic=True)[0], algo, seed)
 
 
 def main():
