@@ -30,15 +30,42 @@ def orthogonal_init(layer: nn.Module, gain: float) -> nn.Module:
 INITS = ("orthogonal", "torch")
 
 
+def check_init(init: str) -> None:
+    """Raises ValueError naming the valid choices for an unknown ``init``."""
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; valid: {INITS}")
+
+
 def init_layer(layer: nn.Module, gain: float, init: str) -> nn.Module:
     """Initialises ``layer`` by ``init``: ``orthogonal`` (`orthogonal_init`
     with ``gain``) or ``torch`` (PyTorch's default, as constructed: what
     Stable-Baselines3's and CleanRL's DQN use)."""
-    if init == "orthogonal":
-        return orthogonal_init(layer, gain)
-    if init != "torch":
-        raise ValueError(f"unknown init {init!r}; valid: {INITS}")
-    return layer
+    check_init(init)
+    return orthogonal_init(layer, gain) if init == "orthogonal" else layer
+
+
+def linear_chain(x: torch.Tensor, layers, activation,
+                 activate_last: bool = True,
+                 detach_params: bool = False) -> torch.Tensor:
+    """``x`` through nn.Linear ``layers``, ``activation`` after each (but
+    the last unless ``activate_last``).
+
+    Functional calls: nn.Module dispatch per layer costs as much as the
+    layer itself at RL's small batch sizes.
+
+    Args:
+        detach_params: use the weights as constants (gradients reach ``x``
+            only).
+    """
+    last = len(layers) - 1
+    for i, layer in enumerate(layers):
+        w, b = layer.weight, layer.bias
+        if detach_params:
+            w, b = w.detach(), b.detach()
+        x = F.linear(x, w, b)
+        if activate_last or i < last:
+            x = activation(x)
+    return x
 
 
 def flat_size(space) -> int:
@@ -68,8 +95,7 @@ class EncodingNetwork(nn.Module):
                  activation: str = "tanh", conv_layers: Sequence = (),
                  init: str = "orthogonal"):
         super().__init__()
-        if init not in INITS:  # also when there is no layer to initialise
-            raise ValueError(f"unknown init {init!r}; valid: {INITS}")
+        check_init(init)  # also when there is no layer to initialise
         if isinstance(input_shape, int):
             input_shape = (input_shape, )
         input_shape = tuple(input_shape)
@@ -102,9 +128,4 @@ class EncodingNetwork(nn.Module):
         """Maps ``x`` of shape [B, ...] to features of shape [B, output_size]."""
         if self.conv is not None:
             x = self.conv(x.permute(0, 3, 1, 2))  # [B, H, W, C] -> NCHW
-        x = x.flatten(1)
-        # Functional calls: nn.Module dispatch per layer costs as much as the
-        # layer itself at RL's small batch sizes.
-        for layer in self.layers:
-            x = self._activation(F.linear(x, layer.weight, layer.bias))
-        return x
+        return linear_chain(x.flatten(1), self.layers, self._activation)

@@ -4,11 +4,10 @@ from typing import Sequence
 
 import gin
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from alf.networks.encoding import (EncodingNetwork, flat_size,
-                                   get_activation, init_layer,
+                                   get_activation, init_layer, linear_chain,
                                    orthogonal_init)
 
 
@@ -82,15 +81,7 @@ class CriticEnsemble(nn.Module):
                 critics.
         """
         x = torch.cat([observation.flatten(1), action.flatten(1)], 1)
-        out = []
-        for layers in self.critics:
-            h = x
-            for i, layer in enumerate(layers):
-                w, b = layer.weight, layer.bias
-                if detach_params:
-                    w, b = w.detach(), b.detach()
-                h = F.linear(h, w, b)
-                if i < len(layers) - 1:
-                    h = self._activation(h)
-            out.append(h.squeeze(-1))
-        return torch.stack(out)
+        return torch.stack([
+            linear_chain(x, layers, self._activation, activate_last=False,
+                         detach_params=detach_params).squeeze(-1)
+            for layers in self.critics])
