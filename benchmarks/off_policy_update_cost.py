@@ -18,12 +18,13 @@ import torch
 
 from alf.data_structures import Experience
 
-SETUPS = {
-    "dqn": dict(env="CartPole-v1", gin="dqn_cart_pole.gin", updates=128,
-                batch=64),
-    "sac": dict(env="Pendulum-v1", gin="sac_pendulum.gin", updates=32,
-                batch=256),
-}
+from off_policy_vs_sb3 import SETUPS as RUN_SETUPS
+from off_policy_vs_sb3 import _sb3_model
+
+# Updates per timed burst and minibatch size; the models themselves are
+# off_policy_vs_sb3.py's (gin file for alf, _sb3_model for SB3).
+SETUPS = {"dqn": dict(updates=128, batch=64),
+          "sac": dict(updates=32, batch=256)}
 FILL = 5000  # transitions per library
 
 
@@ -40,13 +41,13 @@ def alf_update(algo: str, params):
     from alf.algorithms.dqn_algorithm import DQNAlgorithm
     from alf.algorithms.sac_algorithm import SACAlgorithm
     from alf.trainers.trainer_config import TrainerConfig
-    setup = SETUPS[algo]
-    alf.config.parse_config([setup["gin"]], params)
-    env = gym.make(setup["env"])
+    alf.config.parse_config([RUN_SETUPS[algo]["gin"]], params)
+    env = gym.make(RUN_SETUPS[algo]["env"])
     torch.manual_seed(0)
     ctor = DQNAlgorithm if algo == "dqn" else SACAlgorithm
     alg = ctor(env.observation_space, env.action_space,
-               TrainerConfig(num_updates_per_train_iter=setup["updates"]))
+               TrainerConfig(
+                   num_updates_per_train_iter=SETUPS[algo]["updates"]))
     rng = np.random.default_rng(0)
     shape = env.observation_space.shape
     for _ in range(FILL // 2):
@@ -62,27 +63,17 @@ def alf_update(algo: str, params):
 
 def sb3_update(algo: str):
     """A burst of SB3 updates on a filled buffer: returns a callable."""
-    from stable_baselines3 import DQN, SAC
-    from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import configure
     setup = SETUPS[algo]
-    env = make_vec_env(setup["env"], n_envs=2, seed=0)
-    common = dict(seed=0, device="cpu", verbose=0, learning_starts=0,
-                  buffer_size=100_000, batch_size=setup["batch"],
-                  policy_kwargs=dict(net_arch=[256, 256]))
-    if algo == "dqn":
-        model = DQN("MlpPolicy", env, learning_rate=2.3e-3, max_grad_norm=10,
-                    **common)
-    else:
-        model = SAC("MlpPolicy", env, learning_rate=1e-3, **common)
+    model = _sb3_model(algo, 0, RUN_SETUPS[algo]["steps"])
     model.set_logger(configure(None, []))
     rng = np.random.default_rng(0)
-    space = env.observation_space
+    space = model.observation_space
     for _ in range(FILL // 2):
         obs = rng.standard_normal((2, ) + space.shape).astype(np.float32)
         nxt = rng.standard_normal((2, ) + space.shape).astype(np.float32)
         model.replay_buffer.add(
-            obs, nxt, _random_action(env.action_space, 2, rng),
+            obs, nxt, _random_action(model.action_space, 2, rng),
             rng.standard_normal(2).astype(np.float32),
             rng.random(2) < 0.02, [{}, {}])
     model._current_progress_remaining = 0.5
