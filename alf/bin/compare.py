@@ -1,21 +1,36 @@
-r"""Compare a config trained single-process and with DDP (a regression check).
+r"""Compare two settings of a config, each trained over seeds (a regression
+check).
+
+By default side A trains in one process and side B with N DDP processes:
 
     python -m alf.bin.compare --gin_file ppo_cart_pole.gin --num_processes 2 \
         --seeds 3 --root_dir DIR [--gin_param ...] [--parallel]
 
-Trains (or reuses) DIR/single/seed{s} and DIR/ddp{N}/seed{s} with
-alf.bin.train, then writes DIR/compare.csv and DIR/compare.png and prints a
-verdict. Exit codes: 0 the modes agree, 3 they do not, 1 an error (a failed
-run is named with its log, DIR/<mode>/seed{s}.log), 130 interrupted.
+Any two settings: gin bindings and a process count for each side, e.g.
+
+    python -m alf.bin.compare --gin_file ppo_cart_pole.gin --seeds 3 \
+        --root_dir DIR --a_param 'TrainerConfig.unroll_mode="sync"' \
+        --b_param 'TrainerConfig.unroll_mode="async"' \
+        [--a_name sync --b_name async] [--a_processes N] [--b_processes N]
+
+Trains (or reuses) DIR/<A>/seed{s} and DIR/<B>/seed{s} with alf.bin.train,
+where <A> and <B> are the sides' names (by default single and ddp{N}, or a and
+b when --a_param or --b_param is given), then writes DIR/compare.csv and
+DIR/compare.png and prints a verdict with side A as the reference. Exit codes:
+0 the sides agree, 3 they do not, 1 an error (a failed run is named with its
+log, DIR/<side>/seed{s}.log), 130 interrupted.
 """
+import dataclasses
+import json
 import math
 import warnings
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from absl import app, flags
@@ -25,15 +40,141 @@ from alf.utils.errors import AlfError, one_line
 flags.DEFINE_string("root_dir", None, "Folder for the runs and the results.")
 flags.DEFINE_multi_string("gin_file", None, "Gin file(s), as for train.py.")
 flags.DEFINE_multi_string("gin_param", None, "Gin binding(s) for every run.")
-flags.DEFINE_integer("num_processes", 2, "DDP world size.", lower_bound=2)
-flags.DEFINE_integer("seeds", 3, "Seeds 0..seeds-1 per mode.", lower_bound=1)
+flags.DEFINE_multi_string("a_param", None, "Gin binding(s) for side A's runs "
+                          "only, applied after --gin_param.")
+flags.DEFINE_multi_string("b_param", None, "Gin binding(s) for side B's runs "
+                          "only, applied after --gin_param.")
+flags.DEFINE_string("a_name", None, "Side A's name: its folder under "
+                    "--root_dir and its label. Default: 'a' with --a_param or "
+                    "--b_param, else 'single' (ddp{N} for N processes).")
+flags.DEFINE_string("b_name", None, "Side B's name: its folder under "
+                    "--root_dir and its label. Default: 'b' with --a_param or "
+                    "--b_param, else ddp{N} ('single' for 1 process).")
+flags.DEFINE_integer("a_processes", None, "Processes per run of side A (N > 1:"
+                     " --distributed multi-process --num_processes N). "
+                     "Default 1.", lower_bound=1)
+flags.DEFINE_integer("b_processes", None, "Processes per run of side B. "
+                     "Default: --num_processes, or 1 with --a_param or "
+                     "--b_param.", lower_bound=1)
+flags.DEFINE_integer("num_processes", 2, "Side B's DDP world size in the "
+                     "default 1-vs-N form (not with --a_param, --b_param or "
+                     "--b_processes).", lower_bound=2)
+flags.DEFINE_integer("seeds", 3, "Seeds 0..seeds-1 per side.", lower_bound=1)
 flags.DEFINE_bool("parallel", False, "Run 2 trainings at a time.")
-flags.DEFINE_float("tol_rel", 0.1, "Tolerance, relative to the single mean.")
+flags.DEFINE_float("tol_rel", 0.1, "Tolerance, relative to side A's mean.")
 flags.DEFINE_float("tol_abs", 25.0, "Tolerance, absolute (in return units).")
 FLAGS = flags.FLAGS
 
 EXIT_AGREE, EXIT_ERROR, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 3, 130
-Run = Tuple[str, int]  # (mode, seed)
+Run = Tuple[str, int]  # (side name, seed)
+# A side's name is a folder under --root_dir and a field of compare.csv.
+_NAME = re.compile(r"[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One of the two settings compared.
+
+    Attributes:
+        name: the folder under the root (``<name>/seed<s>``) and the label.
+        processes: 1: each run trains in one process; N > 1: with
+            ``--distributed multi-process --num_processes N``.
+        params: gin bindings for this side only.
+    """
+    name: str
+    processes: int = 1
+    params: Tuple[str, ...] = ()
+
+    def distributed_args(self) -> List[str]:
+        """``alf.bin.train``'s flags for ``processes``."""
+        if self.processes == 1:
+            return []  # train.py's default, --distributed none
+        return ["--distributed", "multi-process", "--num_processes",
+                str(self.processes)]
+
+    def describe(self) -> str:
+        """One line: the process count and the bindings."""
+        n = self.processes
+        return "; ".join([f"{n} process{'es' if n > 1 else ''}",
+                          *self.params])
+
+
+def make_sides(a_params: Sequence[str] = (), b_params: Sequence[str] = (),
+               a_name: Optional[str] = None, b_name: Optional[str] = None,
+               a_processes: Optional[int] = None,
+               b_processes: Optional[int] = None,
+               num_processes: Optional[int] = None) -> Tuple[Side, Side]:
+    """Sides A and B from the flags' values (None: the flag was not given).
+
+    Without ``a_params`` and ``b_params`` it is the 1-vs-N check: A has 1
+    process, B ``num_processes`` (2 if None), named 'single' and 'ddp{N}'.
+    With them, both sides default to 1 process and the names 'a' and 'b'.
+
+    Raises:
+        AlfError: for a name that cannot be a folder, equal names, or
+            ``num_processes`` given with the two-settings form.
+    """
+    two_settings = bool(a_params or b_params)
+    if num_processes is not None and (two_settings or b_processes is not None):
+        # Which side would it set, and is the other one 1? Refuse to guess.
+        raise AlfError("--num_processes sets side B of the default 1-vs-N "
+                       "form; with --a_param, --b_param or --b_processes, use "
+                       "--a_processes and --b_processes instead")
+    if a_processes is None:
+        a_processes = 1
+    if b_processes is None:
+        b_processes = 1 if two_settings else (num_processes or 2)
+
+    def default_name(letter: str, processes: int) -> str:
+        if two_settings:
+            return letter
+        return "single" if processes == 1 else f"ddp{processes}"
+
+    a = Side(default_name("a", a_processes) if a_name is None else a_name,
+             a_processes, tuple(a_params))
+    b = Side(default_name("b", b_processes) if b_name is None else b_name,
+             b_processes, tuple(b_params))
+    for flag, side in (("--a_name", a), ("--b_name", b)):
+        if not _NAME.fullmatch(side.name):
+            raise AlfError(f"{flag} {side.name!r} cannot name a folder and a "
+                           "compare.csv field: use letters, digits and "
+                           "_ + = - . (no '/', not starting with '.')")
+    if a.name == b.name:
+        raise AlfError(f"--a_name and --b_name are both {a.name!r}; the sides "
+                       "need different names (each is a folder under "
+                       "--root_dir)")
+    return a, b
+
+
+def claim_folder(root: str, side: Side) -> None:
+    """Records ``side``'s settings in ``root/<name>/side.json`` or, if a
+    record is there, checks them against it.
+
+    train.py resumes whatever run it finds in a folder, so without this a
+    rerun that gives a name other settings (the default names 'a' and 'b'
+    with new --a_param values, say) would compare the old runs. Folders from
+    before the record existed are adopted.
+
+    Raises:
+        AlfError: naming the folder whose runs have other settings.
+    """
+    path = os.path.join(root, side.name, "side.json")
+    want = {"processes": side.processes, "params": list(side.params)}
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(json.dumps(want) + "\n")
+        return
+    with open(path) as f:
+        text = f.read()
+    try:
+        same = json.loads(text) == want
+    except ValueError:  # damaged: nothing vouches for the runs
+        same = False
+    if not same:
+        raise AlfError(f"{os.path.dirname(path)} holds runs of other settings "
+                       f"({' '.join(text.split())}, now {json.dumps(want)}); "
+                       "use a new --root_dir or another side name")
 
 
 def _start(cmd: List[str], log_path: str) -> subprocess.Popen:
@@ -50,9 +191,11 @@ def _start(cmd: List[str], log_path: str) -> subprocess.Popen:
                                 preexec_fn=die_with_parent)
 
 
-def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int) -> None:
+def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
+            on_start: Callable[[Run], None] = lambda run: None) -> None:
     """Runs the commands, ``parallel`` at a time, logging to
-    ``root/<mode>/seed<s>.log``.
+    ``root/<side>/seed<s>.log``; ``on_start(run)`` is called before a run
+    starts.
 
     Raises:
         AlfError: naming the first run that failed and its log (runs still
@@ -62,13 +205,14 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int) -> None:
     try:
         while pending or running:
             while pending and len(running) < parallel:
-                mode, seed = run = pending.pop(0)
-                log = os.path.join(root, mode, f"seed{seed}.log")
+                name, seed = run = pending.pop(0)
+                on_start(run)
+                log = os.path.join(root, name, f"seed{seed}.log")
                 offset = os.path.getsize(log) if os.path.exists(log) else 0
                 running[_start(jobs[run], log)] = run, log, offset, time.time()
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
-                (mode, seed), log, offset, start = running.pop(proc)
+                (name, seed), log, offset, start = running.pop(proc)
                 with open(log, errors="replace") as f:
                     f.seek(offset)  # this run's output only
                     out = f.read().splitlines()
@@ -76,11 +220,11 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int) -> None:
                     # Quote train.py's one-line error, not trailing noise.
                     said = [x for x in out if x.startswith("alf.bin.train:")]
                     why = f": {said[-1]}" if said else ""
-                    raise AlfError(f"run {mode}/seed{seed} failed (exit code "
+                    raise AlfError(f"run {name}/seed{seed} failed (exit code "
                                    f"{proc.returncode}){why}; log: {log}")
                 what = ("reused" if any("already finished" in x for x in out)
                         else f"trained in {time.time() - start:.0f} s")
-                print(f"{mode}/seed{seed}: {what}", flush=True)
+                print(f"{name}/seed{seed}: {what}", flush=True)
     finally:  # after a failure or Ctrl-C; train.py's launcher escalates
         for proc in running:
             proc.send_signal(signal.SIGINT)
@@ -88,25 +232,28 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int) -> None:
             proc.wait()
 
 
-def align(curves: Dict[Run, Dict[str, list]], reference: str = "single"
+def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None
           ) -> Tuple[np.ndarray, Dict[Run, np.ndarray]]:
     """Puts every run's ``average_return`` on one env-step grid: the union
     of the ``reference`` runs' evaluation steps that all runs cover (no
     extrapolation), each run linearly interpolated onto it.
 
     Args:
-        curves: (mode, seed) -> eval.csv columns, as `read_eval_csv` returns.
-        reference: the mode whose evaluation steps make the grid.
+        curves: (side, seed) -> eval.csv columns, as `read_eval_csv` returns.
+        reference: the side whose evaluation steps make the grid; by
+            default the first run's.
 
     Returns:
-        The grid (int env steps) and (mode, seed) -> returns on the grid.
+        The grid (int env steps) and (side, seed) -> returns on the grid.
 
     Raises:
         AlfError: if a run has no evaluation or no step is covered by all.
     """
-    for (mode, seed), c in curves.items():
+    if reference is None:
+        reference = next(iter(curves))[0]
+    for (name, seed), c in curves.items():
         if not c.get("env_steps"):
-            raise AlfError(f"run {mode}/seed{seed} has no row in eval.csv")
+            raise AlfError(f"run {name}/seed{seed} has no row in eval.csv")
     lo = max(c["env_steps"][0] for c in curves.values())
     hi = min(c["env_steps"][-1] for c in curves.values())
     grid = np.array(sorted({s for (m, _), c in curves.items()
@@ -155,17 +302,17 @@ def welch_pvalue(a: Sequence[float], b: Sequence[float]
 def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
             tol_abs: float, alpha: float = 0.05,
             pvalue: Callable = welch_pvalue) -> Tuple[bool, List[str]]:
-    """Decides whether two modes trained equally well (both criteria shown).
+    """Decides whether two sides trained equally well (both criteria shown).
 
     Welch's t-test on the per-seed values decides when it can be computed
-    for both metrics: the modes agree unless one differs with p < ``alpha``
+    for both metrics: the sides agree unless one differs with p < ``alpha``
     (with few seeds it finds only large differences). Otherwise the tolerance
     criterion decides: they agree when ``|mean_other - mean_ref| <=
     max(tol_abs, tol_rel * |mean_ref|)`` for both metrics.
 
     Args:
-        stats: mode -> seed -> {"final": ..., "auc": ...}; two modes, the
-            reference (single process) first.
+        stats: side -> seed -> {"final": ..., "auc": ...}; two sides, the
+            reference (side A) first.
         tol_rel, tol_abs, alpha: the bounds and the test's level.
         pvalue: the test, ``(a, b) -> (p or None, why not)``.
 
@@ -174,8 +321,9 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
         criterion that decided).
     """
     (ref, a), (other, b) = stats.items()
-    lines = [f"{'mode':<8}{'seed':>5}{'final return':>14}{'norm. AUC':>11}"]
-    lines += [f"{m:<8}{s:>5}{v['final']:>14.2f}{v['auc']:>11.2f}"
+    w = max(8, 2 + max(len(name) for name in stats))  # the table's 1st column
+    lines = [f"{'mode':<{w}}{'seed':>5}{'final return':>14}{'norm. AUC':>11}"]
+    lines += [f"{m:<{w}}{s:>5}{v['final']:>14.2f}{v['auc']:>11.2f}"
               for m, per_seed in stats.items() for s, v in per_seed.items()]
     tol_ok, t_ok, why_not = True, True, set()
     for key, name in (("final", "final return"), ("auc", "normalized AUC")):
@@ -205,24 +353,26 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
 def write_compare_csv(path: str, grid: Sequence[int],
                       values: Dict[Run, Sequence[float]]) -> None:
     """Writes ``env_steps,mode,seed,average_return``: one row per run per
-    grid step (long format), runs in the order of ``values``."""
+    grid step (long format; ``mode`` is the side's name), runs in the order
+    of ``values``."""
     with open(path, "w") as f:
         f.write("env_steps,mode,seed,average_return\n")
-        for (mode, seed), vals in values.items():
-            f.writelines(f"{int(s)},{mode},{seed},{float(v):.6g}\n"
+        for (name, seed), vals in values.items():
+            f.writelines(f"{int(s)},{name},{seed},{float(v):.6g}\n"
                          for s, v in zip(grid, vals))
 
 
 def plot(path: str, grid: Sequence[int], values: Dict[Run, np.ndarray],
          title: str) -> None:
-    """Saves each mode's mean curve and min-max band over seeds."""
+    """Saves each side's mean curve and min-max band over seeds, labelled
+    with the side's name."""
     import matplotlib
     matplotlib.use("Agg")  # no display on servers and in tests
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for mode in dict.fromkeys(m for m, _ in values):
-        ys = np.stack([v for (m, _), v in values.items() if m == mode])
-        ax.plot(grid, ys.mean(0), label=f"{mode}: mean, min-max of {len(ys)}")
+    for name in dict.fromkeys(m for m, _ in values):
+        ys = np.stack([v for (m, _), v in values.items() if m == name])
+        ax.plot(grid, ys.mean(0), label=f"{name}: mean, min-max of {len(ys)}")
         ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25)
     ax.set(xlabel="env steps", ylabel="average return", title=title)
     ax.legend()
@@ -230,44 +380,70 @@ def plot(path: str, grid: Sequence[int], values: Dict[Run, np.ndarray],
     plt.close(fig)
 
 
+def _gin_params(params: Sequence[str]) -> List[str]:
+    return [a for p in params for a in ("--gin_param", p)]
+
+
 def train_commands(root: str, gin_files: Sequence[str],
-                   gin_params: Sequence[str], num_processes: int,
+                   gin_params: Sequence[str],
+                   sides: Union[int, Sequence[Side]],
                    seeds: int) -> Dict[Run, List[str]]:
-    """(mode, seed) -> its ``alf.bin.train`` command, seed by seed."""
-    modes = {"single": [], f"ddp{num_processes}": [
-        "--distributed", "multi-process", "--num_processes",
-        str(num_processes)]}
+    """(side name, seed) -> its ``alf.bin.train`` command, seed by seed.
+
+    Args:
+        root: the runs go to ``root/<side name>/seed<s>``.
+        gin_files, gin_params: for every run.
+        sides: side A and side B, whose bindings follow ``gin_params`` (so
+            that they win); an int N stands for the default pair, 1 process
+            vs N.
+        seeds: seeds 0..seeds-1 per side.
+    """
+    if isinstance(sides, int):
+        sides = make_sides(num_processes=sides)
     args = [a for g in gin_files for a in ("--gin_file", g)]
-    args += [a for p in gin_params for a in ("--gin_param", p)]
-    return {(mode, seed): [
+    args += _gin_params(gin_params)
+    return {(side.name, seed): [
         sys.executable, "-m", "alf.bin.train", "--root_dir",
-        os.path.join(root, mode, f"seed{seed}"), *dist, *args, "--gin_param",
-        f"TrainerConfig.seed={seed}"]  # last, so the user's cannot win
-        for seed in range(seeds) for mode, dist in modes.items()}
+        os.path.join(root, side.name, f"seed{seed}"),
+        *side.distributed_args(), *args, *_gin_params(side.params),
+        "--gin_param", f"TrainerConfig.seed={seed}"]  # last: none overrides
+        for seed in range(seeds) for side in sides}
 
 
 def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
-    from alf.trainers.evaluator import read_eval_csv
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     try:
         if not FLAGS.root_dir or not FLAGS.gin_file:
             raise AlfError("--root_dir and --gin_file are required")
+        a, b = sides = make_sides(
+            FLAGS.a_param or (), FLAGS.b_param or (), FLAGS.a_name,
+            FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
+            FLAGS.num_processes if FLAGS["num_processes"].present else None)
         root = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
         jobs = train_commands(root, FLAGS.gin_file, FLAGS.gin_param or [],
-                              FLAGS.num_processes, FLAGS.seeds)
+                              sides, FLAGS.seeds)
         parallel = 2 if FLAGS.parallel else 1
-        print(f"{len(jobs)} runs, {parallel} at a time; logs in "
-              f"{root}/<mode>/seed<s>.log", flush=True)
-        run_all(jobs, root, parallel)
-        # The reference mode first: its runs make the grid and lead the table.
-        runs = sorted(jobs, key=lambda r: (r[0] != "single", r[1]))
+        print(f"side A, {a.name}: {a.describe()}",
+              f"side B, {b.name}: {b.describe()}",
+              f"{len(jobs)} runs, {parallel} at a time; logs in "
+              f"{root}/<side>/seed<s>.log", sep="\n", flush=True)
+        named = {side.name: side for side in sides}
+        for side in sides:  # other settings there: fail before any training
+            if os.path.isdir(os.path.join(root, side.name)):
+                claim_folder(root, side)
+        # A side's folder appears with its first run (none after a failure).
+        run_all(jobs, root, parallel,
+                on_start=lambda run: claim_folder(root, named[run[0]]))
+        from alf.trainers.evaluator import read_eval_csv  # imports torch
+        # Side A first: its runs make the grid and lead the table.
+        runs = sorted(jobs, key=lambda r: (r[0] != a.name, r[1]))
         grid, values = align({(m, s): read_eval_csv(os.path.join(
-            root, m, f"seed{s}", "eval.csv")) for m, s in runs})
+            root, m, f"seed{s}", "eval.csv")) for m, s in runs},
+            reference=a.name)
         config = "+".join(os.path.basename(g) for g in FLAGS.gin_file)
-        title = (f"{config}, single vs DDP N={FLAGS.num_processes}, "
-                 f"{FLAGS.seeds} seed(s)")
+        title = f"{config}, {a.name} vs {b.name}, {FLAGS.seeds} seed(s)"
         write_compare_csv(os.path.join(root, "compare.csv"), grid, values)
         plot(os.path.join(root, "compare.png"), grid, values, title)
     except KeyboardInterrupt:
@@ -277,8 +453,8 @@ def main(argv: List[str]) -> int:
         print(f"alf.bin.compare: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     stats = {}
-    for (mode, seed), v in values.items():
-        stats.setdefault(mode, {})[seed] = {"final": final_return(v),
+    for (name, seed), v in values.items():
+        stats.setdefault(name, {})[seed] = {"final": final_return(v),
                                             "auc": normalized_auc(grid, v)}
     agree, lines = verdict(stats, FLAGS.tol_rel, FLAGS.tol_abs)
     print(f"{title}: {len(grid)} evaluation steps, {grid[0]} to {grid[-1]} "

@@ -1,5 +1,6 @@
 """Tests of ``alf.bin.compare``: the pure analysis (grid, AUC, verdict,
-compare.csv) by hand computation, and the tool end to end as a subprocess."""
+compare.csv) by hand computation, the two sides' settings and commands, and
+the tool end to end as a subprocess."""
 import csv
 import os
 import subprocess
@@ -193,15 +194,138 @@ def test_train_commands():
                            "TrainerConfig.seed=1"]
 
 
+# ---- two settings: sides, commands, names ------------------------------------
+def test_make_sides_default_form_is_one_vs_n():
+    Side = compare.Side
+    assert compare.make_sides() == (Side("single", 1), Side("ddp2", 2))
+    assert compare.make_sides(num_processes=4) == (Side("single", 1),
+                                                   Side("ddp4", 4))
+    # Process counts alone keep the single/ddp{N} names.
+    assert compare.make_sides(a_processes=2, b_processes=4) == (
+        Side("ddp2", 2), Side("ddp4", 4))
+    assert compare.make_sides(a_name="one", b_name="two") == (
+        Side("one", 1), Side("two", 2))
+
+
+def test_make_sides_two_settings():
+    a, b = compare.make_sides(["X.y=1"], ["X.y=2", "X.z=3"])
+    assert a == compare.Side("a", 1, ("X.y=1",))
+    assert b == compare.Side("b", 1, ("X.y=2", "X.z=3"))
+    # Only B's bindings: A is the config as it is.
+    a, b = compare.make_sides(b_params=["X.y=2"], b_processes=2,
+                              a_name="base", b_name="y2")
+    assert a == compare.Side("base", 1, ())
+    assert b == compare.Side("y2", 2, ("X.y=2",))
+    assert b.describe() == "2 processes; X.y=2"
+    assert a.describe() == "1 process"
+
+
+@pytest.mark.parametrize("name", ["x/y", "/abs", "", ".", "..", ".hidden",
+                                  "a,b", "a b", "tab\there"])
+def test_make_sides_refuses_names_that_cannot_be_folders(name):
+    with pytest.raises(AlfError, match=r"^--a_name .* cannot name a folder"):
+        compare.make_sides(["X.y=1"], a_name=name)
+    with pytest.raises(AlfError, match=r"^--b_name .* cannot name a folder"):
+        compare.make_sides(["X.y=1"], b_name=name)
+
+
+def test_make_sides_refuses_equal_names_and_ambiguous_num_processes():
+    with pytest.raises(AlfError, match="--a_name and --b_name are both "
+                       "'same'"):
+        compare.make_sides(["X.y=1"], ["X.y=2"], "same", "same")
+    with pytest.raises(AlfError, match="are both 'ddp2'"):  # defaults clash
+        compare.make_sides(a_processes=2)
+    for kwargs in ({"a_params": ["X.y=1"]}, {"b_processes": 3}):
+        with pytest.raises(AlfError, match="--num_processes sets side B"):
+            compare.make_sides(num_processes=4, **kwargs)
+
+
+def test_train_commands_two_settings():
+    sides = compare.make_sides(["P.a=1"], ["P.b=2"], "sync", "async",
+                               b_processes=2)
+    jobs = compare.train_commands("/r", ["c.gin"], ["X.y=1"], sides, 2)
+    assert list(jobs) == [("sync", 0), ("async", 0), ("sync", 1),
+                          ("async", 1)]
+    a, b = jobs[("sync", 1)], jobs[("async", 1)]
+    assert a[a.index("--root_dir") + 1] == "/r/sync/seed1"
+    assert b[b.index("--root_dir") + 1] == "/r/async/seed1"
+    assert "--distributed" not in a
+    assert b[b.index("--distributed"):][:4] == [
+        "--distributed", "multi-process", "--num_processes", "2"]
+    # The side's bindings follow the common ones (so they win) and only the
+    # seed comes after them.
+    assert a[-6:] == ["--gin_param", "X.y=1", "--gin_param", "P.a=1",
+                      "--gin_param", "TrainerConfig.seed=1"]
+    assert b[-6:] == ["--gin_param", "X.y=1", "--gin_param", "P.b=2",
+                      "--gin_param", "TrainerConfig.seed=1"]
+    assert "P.b=2" not in a and "P.a=1" not in b
+    # An int is the default pair.
+    assert compare.train_commands("/r", ["c.gin"], [], 3, 1) == \
+        compare.train_commands("/r", ["c.gin"], [], compare.make_sides(
+            num_processes=3), 1)
+
+
+def test_claim_folder_records_and_checks_settings(tmp_path):
+    root = str(tmp_path)
+    side = compare.Side("a", 1, ("X.y=1",))
+    compare.claim_folder(root, side)
+    with open(tmp_path / "a" / "side.json") as f:
+        assert f.read() == '{"processes": 1, "params": ["X.y=1"]}\n'
+    compare.claim_folder(root, side)  # the same settings: reused
+    for other in (compare.Side("a", 1, ("X.y=2",)), compare.Side("a", 2,
+                                                                 ("X.y=1",))):
+        with pytest.raises(AlfError, match=f"^{tmp_path / 'a'} holds runs "
+                           "of other settings .*another side name$"):
+            compare.claim_folder(root, other)
+    # Runs from before the record: adopted.
+    os.makedirs(tmp_path / "single" / "seed0")
+    compare.claim_folder(root, compare.Side("single"))
+    assert os.path.exists(tmp_path / "single" / "side.json")
+    with open(tmp_path / "a" / "side.json", "w") as f:
+        f.write("{not json")
+    with pytest.raises(AlfError, match="other settings"):
+        compare.claim_folder(root, side)
+
+
+def test_analysis_uses_side_names(tmp_path, monkeypatch):
+    curves = {("async", 0): _curve([100, 300], [1.0, 3.0]),
+              ("sync", 0): _curve([100, 200, 300], [2.0, 4.0, 6.0])}
+    grid, values = compare.align(curves)  # side A (the first) is the ref.
+    assert grid.tolist() == [100, 300]
+    grid, values = compare.align(curves, reference="sync")
+    assert grid.tolist() == [100, 200, 300]
+    path = str(tmp_path / "compare.csv")
+    compare.write_compare_csv(path, grid, values)
+    with open(path, newline="") as f:
+        assert {r["mode"] for r in csv.DictReader(f)} == {"async", "sync"}
+    # The legend, read off the figure as it is saved.
+    import matplotlib.figure
+    labels = []
+
+    def savefig(fig, *args, **kwargs):
+        legend = fig.axes[0].get_legend()
+        labels.extend(t.get_text() for t in legend.get_texts())
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    compare.plot(str(tmp_path / "compare.png"), grid, values, "t")
+    assert labels == ["async: mean, min-max of 1", "sync: mean, min-max of 1"]
+    stats = {"mini_batch_128": {0: {"final": 1.0, "auc": 1.0}},
+             "b": {0: {"final": 1.0, "auc": 1.0}}}
+    _, lines = compare.verdict(stats, 0.1, 25, pvalue=_no_ttest)
+    assert lines[1].split()[:2] == ["mini_batch_128", "0"]
+    assert len(lines[0]) == len(lines[1])  # the column fits the long name
+    assert lines[-1].startswith("verdict: mini_batch_128 and b AGREE")
+
+
 # ---- end to end ----------------------------------------------------------------
 SHORT = ["TrainerConfig.num_env_steps=2048", "TrainerConfig.eval_interval=2",
          "TrainerConfig.num_eval_episodes=2"]  # 8 iterations of 8 x 32 steps
 
 
-def _run_tool(root, params=SHORT):
+def _run_tool(root, params=SHORT, extra=("--num_processes", "2")):
     cmd = [sys.executable, "-m", "alf.bin.compare", "--gin_file",
-           "ppo_cart_pole.gin", "--num_processes", "2", "--seeds", "1",
-           "--root_dir", str(root)]
+           "ppo_cart_pole.gin", "--seeds", "1", "--root_dir", str(root),
+           *extra]
     for p in params:
         cmd += ["--gin_param", p]
     env = {k: v for k, v in os.environ.items()
@@ -248,3 +372,70 @@ def test_failed_run_names_run_and_log(tmp_path):
     assert "no_such_value" in lines[0] and lines[0].endswith(log)
     assert os.path.exists(log)
     assert not os.path.exists(tmp_path / "ddp2")  # stopped at the first
+
+
+@pytest.mark.timeout(120)
+def test_end_to_end_two_settings(tmp_path):
+    sides = ["--a_param", "TrainerConfig.mini_batch_size=128",
+             "--b_param", "PPOAlgorithm.learning_rate=3e-4"]
+    res = _run_tool(tmp_path, extra=sides)
+    assert res.returncode in (0, 3), res.stdout + res.stderr
+    assert res.stdout.startswith(
+        "side A, a: 1 process; TrainerConfig.mini_batch_size=128\n"
+        "side B, b: 1 process; PPOAlgorithm.learning_rate=3e-4\n")
+    with open(tmp_path / "compare.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["mode"] for r in rows] == ["a"] * 4 + ["b"] * 4
+    assert "ppo_cart_pole.gin, a vs b, 1 seed(s): 4 evaluation steps" in \
+        res.stdout
+    assert "\nverdict: a and b " in res.stdout
+    # Each side's runs got its bindings, in one process.
+    for side, param in (("a", "mini_batch_size=128"),
+                        ("b", "learning_rate=3e-4")):
+        with open(tmp_path / side / "seed0.log") as f:
+            command = f.readline()
+        assert param in command and "--distributed" not in command
+        assert ("mini_batch_size=128" in command) == (side == "a")
+    again = _run_tool(tmp_path, extra=sides)
+    assert again.returncode == res.returncode, again.stdout + again.stderr
+    assert again.stdout.count(": reused") == 2, again.stdout
+    # The same names with other bindings: refused before anything trains.
+    other = _run_tool(tmp_path, extra=[
+        "--a_param", "TrainerConfig.mini_batch_size=64", *sides[2:]])
+    assert other.returncode == 1
+    assert other.stderr.count("\n") == 1 and other.stderr.startswith(
+        f"alf.bin.compare: error: {tmp_path / 'a'} holds runs of other "
+        "settings"), other.stderr
+    assert "reused" not in other.stdout and "trained" not in other.stdout
+
+
+@pytest.mark.timeout(120)
+def test_malformed_b_param_names_run_and_log(tmp_path):
+    res = _run_tool(tmp_path, extra=[
+        "--a_param", "TrainerConfig.mini_batch_size=128",
+        "--b_param", "TrainerConfig.mini_batch_size 128"])  # no '='
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    log = str(tmp_path / "b" / "seed0.log")
+    assert lines[0].startswith("alf.bin.compare: error: run b/seed0 failed "
+                               "(exit code 1): alf.bin.train: error: bad gin "
+                               "configuration"), lines[0]
+    assert lines[0].endswith(log)
+    assert "a/seed0: trained" in res.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, message", [
+    (["--a_param", "X.y=1", "--a_name", "x", "--b_name", "x"],
+     "--a_name and --b_name are both 'x'; "),
+    (["--a_param", "X.y=1", "--b_name", "runs/b"], "--b_name 'runs/b' "),
+    (["--a_param", "X.y=1", "--num_processes", "3"],
+     "--num_processes sets side B "),
+])
+def test_bad_sides_are_one_line_errors(tmp_path, args, message):
+    res = _run_tool(tmp_path / "r", extra=args)
+    assert res.returncode == 1
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(
+        "alf.bin.compare: error: " + message), res.stderr
+    assert not os.path.exists(tmp_path / "r")  # refused before any run
