@@ -71,7 +71,13 @@ class LossInfo(NamedTuple):
 
 
 class Experience(NamedTuple):
-    """One stored transition; fields have leading dims [B] (or [T, B])."""
+    """One stored transition; fields have leading dims [B] (or [T, B]).
+
+    ``rollout_info`` is what the acting policy's ``rollout_step`` returned as
+    ``info`` (PPO: the behaviour log-probability); ``policy_version`` (int64)
+    is the number of training iterations of the policy that acted, which
+    tells how stale a step is when collection runs ahead of training.
+    """
 
     observation: Any
     action: Any
@@ -80,3 +86,4 @@ class Experience(NamedTuple):
     truncated: torch.Tensor
     next_observation: Any
     rollout_info: Any = ()
+    policy_version: Any = ()

@@ -84,13 +84,18 @@ class OffPolicyAlgorithm(RLAlgorithm):
         self._mini_batch_size = config.mini_batch_size
         self._num_updates = config.num_updates_per_train_iter
         self._progress = 0.0
+        self._num_stored = 0  # transitions stored (see rollout_step)
 
     # ---- acting -----------------------------------------------------------
     def rollout_step(self, observation) -> AlgStep:
-        """Uniformly random actions until the buffer holds the initial
-        collection (the same decision on every rank: equal sizes), then
-        `policy_step`."""
-        if len(self.replay_buffer) < self._initial_collect:
+        """Uniformly random actions until the initial collection is stored
+        (the same decision on every rank: equal sizes), then `policy_step`.
+
+        It counts stored transitions in a plain int, so that a background
+        collector's acting copy (which has no replay buffer) receives the
+        count with the weights.
+        """
+        if self._num_stored < self._initial_collect:
             return AlgStep(output=self.random_action(observation.shape[0]))
         return self.policy_step(observation)
 
@@ -111,6 +116,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
     # ---- training ---------------------------------------------------------
     def store(self, exp: Experience) -> None:
         self.replay_buffer.add_batch(exp)
+        self._num_stored += exp.reward.shape[0]
 
     def ready(self) -> bool:
         """Whether training has started (equal on every rank)."""

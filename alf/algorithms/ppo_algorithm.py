@@ -34,6 +34,9 @@ class PPOBatch(NamedTuple):
     value: torch.Tensor  # V_old(s)
     advantage: torch.Tensor  # standardised per minibatch before the loss
     returns: torch.Tensor  # lambda-return: value target
+    # log pi(a|s) of the policy at the start of this iteration: log_prob
+    # itself unless collection ran ahead (then the behaviour policy is older).
+    start_log_prob: torch.Tensor
 
 
 class PPOTrainInfo(NamedTuple):
@@ -78,7 +81,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         max_grad_norm: clip the global gradient norm (None: no clipping).
         normalize_advantages: standardise advantages per minibatch.
         target_kl: stop the epochs of an iteration early once a minibatch's
-            approximate KL exceeds ``1.5 * target_kl`` (None: never).
+            approximate KL from the policy at the start of the iteration
+            exceeds ``1.5 * target_kl`` (None: never).
         normalize_observations: running observation normalisation.
         reward_scale: rewards are multiplied by this before GAE (values
             then live on the scaled reward's scale).
@@ -177,9 +181,19 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             exp.reward * self._reward_scale, values, next_values, exp.terminated, exp.truncated,
             self._gamma, self._lambda)
         flat = lambda x: x.flatten(0, 1)
-        return PPOBatch(flat(exp.observation), flat(exp.action),
-                        flat(exp.rollout_info), flat(values), flat(adv),
-                        flat(adv + values))
+        log_prob = start_log_prob = flat(exp.rollout_info)
+        if self._stale(exp):
+            start_log_prob = self.actor(flat(exp.observation)).log_prob(
+                flat(exp.action))
+        return PPOBatch(flat(exp.observation), flat(exp.action), log_prob,
+                        flat(values), flat(adv), flat(adv + values),
+                        start_log_prob)
+
+    def _stale(self, exp: Experience) -> bool:
+        """Whether a policy older than this one acted in ``exp``."""
+        versions = exp.policy_version
+        return (isinstance(versions, torch.Tensor) and
+                bool((versions < self.policy_version).any()))
 
     @distributed.data_distributed
     def minibatch_loss(self, mb: PPOBatch) -> LossInfo:
@@ -215,7 +229,10 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         loss = (policy_loss + self._vf_coef * value_loss -
                 self._ent_coef * entropy)
         with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean()
+            # How far this iteration's updates moved the policy (what
+            # target_kl bounds), not how far it is from the behaviour policy.
+            kl_log_ratio = info.log_prob - mb.start_log_prob
+            approx_kl = (kl_log_ratio.exp() - 1 - kl_log_ratio).mean()
             clip_fraction = ((ratio - 1).abs() > clip).float().mean()
         return LossInfo(loss, dict(policy_loss=policy_loss.detach(),
                                    value_loss=value_loss.detach(),

@@ -32,6 +32,9 @@ class RLAlgorithm(Algorithm):
         self.action_space = action_space
         self.config = config
         self.observation_normalizer = None
+        # Training iterations behind the current policy; the trainer's
+        # collector keeps it (stored steps of lower versions are stale).
+        self.policy_version = 0
         if normalize_observations:
             self.observation_normalizer = RunningNormalizer(
                 observation_space.shape)
@@ -58,6 +61,36 @@ class RLAlgorithm(Algorithm):
         """Stores one batched transition."""
         raise NotImplementedError
 
+    # ---- acting in another process (asynchronous collection) ---------------
+    def acting_state(self) -> dict:
+        """What acting depends on, for `load_acting_state` in an actor
+        process's copy of this algorithm: CPU copies of the parameters and
+        buffers (replay buffers and modules' ``local_buffers`` excluded) and
+        the plain ``int``/``float``/``bool`` attributes of every submodule.
+
+        A subclass whose acting depends on anything else (a Python list, a
+        schedule object) must keep it in one of those forms, or override
+        both methods.
+        """
+        tensors, scalars = {}, {}
+        for prefix, module in _acting_modules(self):
+            local = getattr(module, "local_buffers", ())
+            for name, t in (list(module.named_parameters(recurse=False)) +
+                            list(module.named_buffers(recurse=False))):
+                if name not in local:
+                    tensors[prefix + name] = t.detach().to("cpu", copy=True)
+            scalars[prefix] = {k: v for k, v in vars(module).items()
+                               if type(v) in (int, float, bool)}
+        return {"tensors": tensors, "scalars": scalars}
+
+    def load_acting_state(self, state: dict) -> None:
+        """Makes this copy act as the algorithm whose `acting_state`
+        ``state`` is."""
+        self.load_state_dict(state["tensors"], strict=False)
+        modules = dict(_acting_modules(self))
+        for prefix, scalars in state["scalars"].items():
+            vars(modules[prefix]).update(scalars)
+
     def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
         """Trains on the stored experience.
 
@@ -73,6 +106,16 @@ class RLAlgorithm(Algorithm):
     def _commit_normalizer(self):
         if self.observation_normalizer is not None:
             self.observation_normalizer.commit()
+
+
+def _acting_modules(module: torch.nn.Module, prefix: str = ""):
+    """(state-dict prefix, module) of ``module`` and its submodules, replay
+    buffers (and what they hold) left out."""
+    if module is None or isinstance(module, ReplayBuffer):
+        return
+    yield prefix, module
+    for name, child in module.named_children():
+        yield from _acting_modules(child, prefix + name + ".")
 
 
 class OnPolicyAlgorithm(RLAlgorithm):

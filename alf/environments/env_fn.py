@@ -10,6 +10,23 @@ import signal
 import gymnasium as gym
 
 
+_environment_process = False
+
+
+def set_environment_process() -> None:
+    """Marks this process as one that exists to run environments (an actor
+    of asynchronous collection): the suites' loaders then build their
+    environments here, in this process, instead of in worker
+    subprocesses."""
+    global _environment_process
+    _environment_process = True
+
+
+def in_environment_process() -> bool:
+    """Whether `set_environment_process` was called in this process."""
+    return _environment_process
+
+
 def prepare_worker() -> None:
     """Set-up of an environment worker subprocess.
 

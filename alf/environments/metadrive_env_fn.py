@@ -127,18 +127,24 @@ class MetaDriveEnvFn:
             ``start_seed`` are used for the scenario seeds).
         info_keys: see `ScenarioSampling`.
         spaces: ``(observation_space, action_space)`` for the stand-in.
+        in_process: build the environment in the calling process (an
+            actor process of asynchronous collection, which holds no other
+            engine).
     """
 
     def __init__(self, env_class: str, config: dict,
                  info_keys: Optional[Sequence[str]] = None,
-                 spaces: Optional[tuple] = None):
+                 spaces: Optional[tuple] = None, in_process: bool = False):
         self.env_class = env_class
         self.config = dict(config)
         self.info_keys = info_keys
         self.spaces = spaces
         self._owner_pid = os.getpid()
+        self._in_process = in_process
 
     def __call__(self) -> gym.Env:
+        if self._in_process:
+            return make_env(self.env_class, self.config, self.info_keys)
         if os.getpid() == self._owner_pid:
             if self.spaces is None:
                 raise RuntimeError(

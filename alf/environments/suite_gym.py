@@ -18,7 +18,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf import nest
 from alf.data_structures import TimeStep
-from alf.environments.env_fn import EnvFn
+from alf.environments.env_fn import EnvFn, in_environment_process
 from alf.utils.errors import AlfError
 
 __all__ = ["load", "BatchedEnvironment", "check_env_id"]
@@ -160,6 +160,9 @@ def load(env_name: str,
             ``seed, seed + 1, ...``; later resets continue their own RNGs.
         asynchronous: run each sub-environment in its own (spawned) process;
             worth it only for environments much slower than the policy.
+            Ignored in an actor process of asynchronous collection
+            (`env_fn.set_environment_process`), which is itself the
+            environments' worker.
         max_episode_steps: overrides the registered time limit.
         env_kwargs: keyword arguments for ``gymnasium.make``.
         wrappers: callables ``env -> env`` applied to each sub-environment.
@@ -175,7 +178,8 @@ def load(env_name: str,
                      tuple(wrappers), in_worker=asynchronous)
                for _ in range(num_envs)]
     kw = dict(autoreset_mode=AutoresetMode.SAME_STEP)
-    if asynchronous:
+    # An actor process is itself the environments' worker.
+    if asynchronous and not in_environment_process():
         vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
     else:
         vec = SyncVectorEnv(env_fns, **kw)

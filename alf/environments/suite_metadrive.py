@@ -45,9 +45,9 @@ from typing import Dict, Optional, Tuple, Union
 
 import gin
 from absl import logging
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from alf.environments.env_fn import prepare_worker
+from alf.environments.env_fn import in_environment_process, prepare_worker
 from alf.environments.metadrive_env_fn import (ASSETS_HINT, CRASH_END,
                                                MetaDriveEnvFn)
 from alf.environments.suite_gym import BatchedEnvironment
@@ -128,7 +128,10 @@ def load(env_name: str = "MetaDrive",
             every environment (and every rank, which the trainer seeds
             differently) drives its own reproducible sequence of scenarios.
         asynchronous: ignored: MetaDrive allows one engine per process, so
-            every environment always runs in its own subprocess.
+            every environment always runs in its own subprocess, except
+            for the one environment of an actor process of asynchronous
+            collection (`env_fn.set_environment_process`), which runs in
+            that process.
         observation: ``"state"``: 259 floats in [0, 1] (ego state,
             navigation, 240 lidar rays; the size changes with the lidar
             settings of ``env_config``). ``"topdown"``: MetaDrive's
@@ -180,6 +183,14 @@ def load(env_name: str = "MetaDrive",
     if image:
         config["resolution_size"] = topdown_resolution
     config.update(env_config or {})
+    if in_environment_process() and num_envs == 1:
+        # An actor of asynchronous collection: its one engine runs here.
+        vec = SyncVectorEnv([MetaDriveEnvFn(env_class, config,
+                                            info_keys=_INFO_KEYS,
+                                            in_process=True)],
+                            autoreset_mode=AutoresetMode.SAME_STEP)
+        return BatchedEnvironment(vec, clip_action=True, seed=seed,
+                                  episode_info=EPISODE_INFO)
     env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS)
     obs_space, action_space, assets = _describe(env_fn)
     if not assets:

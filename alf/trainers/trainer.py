@@ -14,8 +14,8 @@ import gin
 import torch
 from absl import logging
 
-from alf.data_structures import Experience
 from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import Evaluator, append_eval_csv
 from alf.trainers.trainer_config import TrainerConfig
@@ -59,16 +59,20 @@ class Trainer:
         # Same seed everywhere for the weights (they are also broadcast
         # under DDP); per-rank seeds below for everything stochastic.
         torch.manual_seed(cfg.seed)
-        self._env = cfg.env_load_fn(cfg.env_name, num_envs=cfg.num_envs,
-                                    seed=None, asynchronous=cfg.async_env)
+        if cfg.unroll_mode == "async":
+            self._collector = AsyncCollector(cfg)
+        else:
+            self._collector = SyncCollector(cfg.env_load_fn(
+                cfg.env_name, num_envs=cfg.num_envs, seed=None,
+                asynchronous=cfg.async_env), cfg.unroll_length)
+        obs_space, action_space, metrics = self._collector.describe()
         self.device = cfg.resolve_device()
         self.algorithm = cfg.algorithm_ctor(
-            observation_space=self._env.observation_space,
-            action_space=self._env.action_space, config=cfg).to(self.device)
+            observation_space=obs_space, action_space=action_space,
+            config=cfg).to(self.device)
         self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
                                           cfg.max_checkpoints)
-        self._episodes = EpisodeStats(cfg.num_envs,
-                                      getattr(self._env, "episode_info", ()))
+        self._episodes = EpisodeStats(cfg.num_envs, metrics)
         self._evaluator = None
         self._writers = {}
         if self.is_chief:
@@ -185,15 +189,16 @@ class Trainer:
             # Now, so that importing tensorboard does not count against the
             # training throughput (and a refused run writes no event file).
             self._writer("train")
+        torch_seed = (cfg.seed * _SEED_STRIDE + self.iteration +
+                      self.rank * 7919 + 1)
         if self._rng_state is not None and self.world_size == 1:
             torch.set_rng_state(self._rng_state)
         else:  # a fresh run, or ranks other than the one that saved the RNG
-            torch.manual_seed(cfg.seed * _SEED_STRIDE + self.iteration +
-                              self.rank * 7919 + 1)
+            torch.manual_seed(torch_seed)
         env_seed = (cfg.seed + _SEED_STRIDE * self.iteration +
                     self.rank * cfg.num_envs)
-        self._obs = self.algorithm.observe(
-            self._env.reset(seed=env_seed).observation)
+        self._collector.start(self.algorithm, self._episodes, env_seed,
+                              self.iteration, torch_seed)
 
         num_iters = math.ceil(gcfg.num_env_steps / gcfg.steps_per_iteration)
         last_eval = {}
@@ -202,7 +207,7 @@ class Trainer:
         self._last_log = time.time()
         try:
             while self.iteration < num_iters:
-                self._unroll()
+                collect_stats = self._collector.collect()
                 steps = self.env_steps + gcfg.steps_per_iteration
                 try:
                     stats = self.algorithm.train_iter(
@@ -212,6 +217,8 @@ class Trainer:
                         f"{e} at iteration {self.iteration + 1} "
                         f"({steps} env steps); stopped without writing a "
                         "checkpoint") from e
+                self._collector.publish(self.iteration + 1)
+                stats.update(collect_stats)
                 # Counters move only after a complete iteration, so a
                 # checkpoint saved on interrupt is consistent.
                 self.env_steps = steps
@@ -247,24 +254,6 @@ class Trainer:
         # any of them was asked to (one all-reduce of one number).
         flag = torch.tensor([float(self._stop_flag)])
         return bool(distributed.all_reduce_sum(flag) > 0)
-
-    def _unroll(self) -> None:
-        alg, env, obs = self.algorithm, self._env, self._obs
-        with torch.inference_mode():
-            for _ in range(self.config.unroll_length):
-                step = alg.rollout_step(obs)
-                ts = env.step(step.output)
-                next_obs = alg.observe(ts.observation)
-                stored_next = next_obs
-                if ts.final_observation is not None:
-                    stored_next = alg.observe(ts.final_observation,
-                                              update=False)
-                alg.store(Experience(obs, step.output, ts.reward,
-                                     ts.terminated, ts.truncated, stored_next,
-                                     step.info))
-                self._episodes.update(ts.reward, ts.done, ts.episode_info)
-                obs = next_obs
-        self._obs = obs
 
     # ---- reporting --------------------------------------------------------
     def _summarize(self, stats: Dict[str, torch.Tensor]) -> None:
@@ -326,7 +315,7 @@ class Trainer:
     def _close(self) -> None:
         for w in self._writers.values():
             w.close()
-        for env in (getattr(self, "_env", None),
+        for env in (getattr(self, "_collector", None),
                     getattr(self, "_evaluator", None)):
             if env is not None:
                 env.close()

@@ -6,6 +6,7 @@ import gin
 import torch
 
 from alf.environments import suite_gym
+from alf.trainers.collector import UNROLL_MODES
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
 
@@ -28,6 +29,26 @@ class TrainerConfig:
             BatchedEnvironment``.
         num_envs: parallel training environments (global).
         async_env: one subprocess per environment (for slow environments).
+        unroll_mode: ``"sync"``: every iteration steps all environments in
+            lock-step and nothing steps while the learner trains (exact,
+            reproducible). ``"async"``: a background thread steps each
+            environment group in an actor process of its own (none waits
+            for the slowest) and keeps collecting while the learner trains,
+            with a copy of the policy refreshed after every iteration; on-policy losses correct for
+            the lag with the stored behaviour log-probabilities. Pays when
+            environments are slow (subprocesses: MetaDrive, ``async_env``);
+            not bit-reproducible. Actors act on the CPU. See
+            `alf.trainers.collector`.
+        max_policy_lag: ``"async"`` only: how many policy versions
+            (training iterations) the policy that acted may be behind the
+            one that trains on its data. 0: exactly on-policy, environments
+            do not wait for each other but nothing steps during training;
+            1 (default): collection runs one iteration ahead of training.
+        envs_per_actor: ``"async"`` only: environments per actor process
+            (they step in lock-step inside it, with batched inference); must
+            divide the environments of a process. 1 (default) suits slow
+            environments such as MetaDrive (one engine per process anyway);
+            fast ones may prefer a few per actor.
         unroll_length: environment steps per environment per iteration.
         mini_batch_size: transitions per minibatch (global).
         num_updates_per_train_iter: epochs over each unroll (on-policy);
@@ -74,6 +95,9 @@ class TrainerConfig:
     env_load_fn: Callable = suite_gym.load
     num_envs: int = 8
     async_env: bool = False
+    unroll_mode: str = "sync"
+    max_policy_lag: int = 1
+    envs_per_actor: int = 1
     unroll_length: int = 128
     mini_batch_size: int = 256
     num_updates_per_train_iter: int = 10
@@ -101,7 +125,7 @@ class TrainerConfig:
                      "num_updates_per_train_iter", "num_env_steps",
                      "num_eval_episodes", "summary_interval",
                      "checkpoint_interval", "torch_num_threads",
-                     "replay_buffer_capacity"):
+                     "replay_buffer_capacity", "envs_per_actor"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
@@ -111,6 +135,15 @@ class TrainerConfig:
             raise ConfigError(f"TrainerConfig.initial_collect_steps="
                               f"{self.initial_collect_steps!r}; it must be "
                               "an integer >= 0")
+        if self.unroll_mode not in UNROLL_MODES:
+            raise ConfigError(f"TrainerConfig.unroll_mode="
+                              f"{self.unroll_mode!r}; valid: "
+                              f"{', '.join(UNROLL_MODES)}")
+        if (not isinstance(self.max_policy_lag, int)
+                or self.max_policy_lag < 0):
+            raise ConfigError(f"TrainerConfig.max_policy_lag="
+                              f"{self.max_policy_lag!r}; it must be an "
+                              "integer >= 0")
         _parse_device(self.device)
 
     def resolve_device(self, group: Optional[str] = None) -> torch.device:

@@ -25,6 +25,10 @@ class RunningNormalizer(nn.Module):
         eps: added to the variance before the square root.
     """
 
+    # Per-copy accumulators: a background collector's copy accumulates its
+    # own (see `RLAlgorithm.acting_state`), handed over with `take_pending`.
+    local_buffers = ("pending", "pending_count")
+
     def __init__(self, shape, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
         shape = tuple(shape)
@@ -56,6 +60,18 @@ class RunningNormalizer(nn.Module):
         self.pending[0] += x.sum(0)
         self.pending[1] += (x * x).sum(0)
         self.pending_count += x.shape[0]
+
+    def take_pending(self) -> torch.Tensor:
+        """The pending sums and count as one tensor, reset to zero here."""
+        flat = torch.cat([self.pending.flatten(), self.pending_count[None]])
+        self.pending.zero_()
+        self.pending_count.zero_()
+        return flat
+
+    def add_pending(self, flat: torch.Tensor) -> None:
+        """Adds what another copy's `take_pending` returned."""
+        self.pending += flat[:-1].view_as(self.pending).to(self.pending)
+        self.pending_count += flat[-1].to(self.pending_count)
 
     def commit(self) -> None:
         """Merges the pending sums (of all ranks) into the statistics."""

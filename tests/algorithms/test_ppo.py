@@ -18,13 +18,14 @@ def _ppo(**kw):
 
 
 def _batch():
+    log_prob = torch.tensor([math.log(0.5), math.log(0.4), math.log(0.2)])
     return PPOBatch(observation=torch.zeros(3, 2),
                     action=torch.tensor([0, 1, 1]),
-                    log_prob=torch.tensor([math.log(0.5), math.log(0.4),
-                                           math.log(0.2)]),
+                    log_prob=log_prob,
                     value=torch.tensor([1.0, 0.0, 2.0]),
                     advantage=torch.tensor([1.0, -2.0, 0.5]),
-                    returns=torch.tensor([2.0, -2.0, 2.5]))
+                    returns=torch.tensor([2.0, -2.0, 2.5]),
+                    start_log_prob=log_prob)
 
 
 def _info():

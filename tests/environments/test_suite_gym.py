@@ -306,10 +306,10 @@ def test_trainer_unroll_stores_true_transitions(tmp_path,
     trainer = Trainer(root_dir=str(tmp_path), config=cfg)
     trainer._build()
     try:
-        trainer._obs = trainer.algorithm.observe(
-            trainer._env.reset(seed=0).observation)
-        first_obs = trainer._obs.clone()
-        trainer._unroll()
+        trainer._collector.start(trainer.algorithm, trainer._episodes,
+                                 env_seed=0, version=0)
+        first_obs = trainer._collector._obs.clone()
+        trainer._collector.collect()
         exp = trainer.algorithm.replay_buffer.gather_all()
         assert isinstance(exp, Experience)
         assert exp.observation.shape == (t_len, b, 2)

@@ -1,0 +1,165 @@
+"""The actor process of asynchronous collection (see `collector`).
+
+An actor owns a few environments (one for MetaDrive) and its own copy of the
+algorithm, on the CPU. It steps its environments back to back, acting with
+the newest policy version it has received, and sends the learner one message
+per finished unroll: its columns of the unroll, with the behaviour
+``rollout_info`` and policy version of every step. So an environment never
+waits for its siblings, for inference in another process, or for the
+learner, except when it would act more than ``max_policy_lag`` versions
+behind: then it waits for the next version.
+
+Messages (pickled, over the actor's pipe):
+
+* learner -> actor: ``("start", env_seed, torch_seed, version, state)``,
+  ``("state", version, state)``, ``("stop",)``;
+* actor -> learner: ``("ready", observation_space, action_space,
+  episode metric names)``,
+  ``("unroll", u, experience, episode_info, normalizer_sums)``,
+  ``("error", is_user_error, type name, one-line message, traceback)``.
+"""
+import pickle
+import traceback
+from typing import Optional
+
+import torch
+
+from alf import nest
+from alf.data_structures import Experience
+
+
+def actor_main(conn, gin_config: str, config, num_envs: int,
+               unroll_length: int, max_policy_lag: int) -> None:
+    """Entry point of an actor process (spawned by `AsyncCollector`).
+
+    Args:
+        conn: the actor's end of its pipe to the learner.
+        gin_config: the learner's ``gin.config_str()``: the actor builds its
+            environments and algorithm with the same bindings.
+        config: the rank's `TrainerConfig` (sizes per rank).
+        num_envs: environments of this actor.
+        unroll_length: steps per environment per unroll.
+        max_policy_lag: see `collector`.
+    """
+    from alf.environments import env_fn
+    env_fn.prepare_worker()
+    env_fn.set_environment_process()
+    torch.set_num_threads(1)
+    env = None
+    try:
+        import alf.config  # noqa: F401 - registers the configurables
+        alf.config.parse_config([], [gin_config])
+        env = config.env_load_fn(config.env_name, num_envs=num_envs,
+                                 seed=None, asynchronous=False)
+        algorithm = config.algorithm_ctor(
+            observation_space=env.observation_space,
+            action_space=env.action_space, config=config)
+        _send(conn, ("ready", env.observation_space, env.action_space,
+                     tuple(getattr(env, "episode_info", ()))))
+        _Actor(conn, env, algorithm, unroll_length, max_policy_lag).run()
+    except BaseException as e:  # noqa: BLE001 - reported to the learner
+        from alf.utils.errors import AlfError, one_line
+        try:
+            _send(conn, ("error", isinstance(e, AlfError), type(e).__name__,
+                         one_line(e), traceback.format_exc()))
+        except OSError:
+            pass  # the learner is gone
+    finally:
+        if env is not None:
+            env.close()
+
+
+def _send(conn, message) -> None:
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn):
+    return pickle.loads(conn.recv_bytes())
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Actor:
+    """The actor's loop (see the module's doc)."""
+
+    def __init__(self, conn, env, algorithm, unroll_length: int,
+                 max_policy_lag: int):
+        self._conn, self._env, self._alg = conn, env, algorithm
+        self._T, self._lag = unroll_length, max_policy_lag
+        self._version = 0
+        self._storage = None
+
+    def _handle(self, message) -> Optional[tuple]:
+        kind = message[0]
+        if kind == "stop":
+            raise _Stop
+        if kind == "state":
+            self._version = message[1]
+            self._alg.load_acting_state(message[2])
+            return None
+        return message
+
+    def _poll(self, block: bool) -> Optional[tuple]:
+        """Applies the learner's messages; with ``block``, waits for one."""
+        out = None
+        while block or self._conn.poll():
+            out = self._handle(_recv(self._conn)) or out
+            block = False
+        return out
+
+    def run(self) -> None:
+        try:
+            start = self._poll(block=True)
+            while start is None or start[0] != "start":
+                start = self._poll(block=True)
+            _, env_seed, torch_seed, version, state = start
+            torch.manual_seed(torch_seed)
+            self._version = version
+            self._alg.load_acting_state(state)
+            with torch.inference_mode():
+                self._loop(env_seed, version)
+        except _Stop:
+            return
+
+    def _loop(self, env_seed: int, unroll: int) -> None:
+        alg, env = self._alg, self._env
+        obs = alg.observe(env.reset(seed=env_seed).observation)
+        names = tuple(getattr(env, "episode_info", ()))
+        nan = torch.full((env.num_envs, ), float("nan"))
+        t = 0
+        while True:
+            self._poll(block=False)
+            while unroll - self._version > self._lag:
+                self._poll(block=True)  # too far ahead: wait for a version
+            step = alg.rollout_step(obs)
+            ts = env.step(step.output)
+            next_obs = alg.observe(ts.observation)
+            stored_next = next_obs
+            if ts.final_observation is not None:
+                stored_next = alg.observe(ts.final_observation, update=False)
+            record = (Experience(
+                obs, step.output, ts.reward, ts.terminated, ts.truncated,
+                stored_next, step.info,
+                torch.full((env.num_envs, ), self._version,
+                           dtype=torch.int64)),
+                {k: ts.episode_info.get(k, nan) for k in names})
+            self._write(t, record)
+            obs, t = next_obs, t + 1
+            if t == self._T:
+                norm = alg.observation_normalizer
+                _send(self._conn, ("unroll", unroll, *self._storage,
+                                   None if norm is None else
+                                   norm.take_pending()))
+                unroll, t = unroll + 1, 0
+
+    def _write(self, t: int, record) -> None:
+        if self._storage is None:
+            with torch.inference_mode(False):
+                self._storage = nest.map_structure(
+                    lambda x: torch.zeros((self._T, ) + tuple(x.shape),
+                                          dtype=x.dtype), record)
+        for store, leaf in zip(nest.flatten(self._storage),
+                               nest.flatten(record)):
+            store[t].copy_(leaf)

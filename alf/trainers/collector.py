@@ -1,0 +1,314 @@
+"""Collection: environments -> experience stored in the algorithm.
+
+Two collectors with one interface (`describe`, `start`, `collect`,
+`publish`, `close`); ``TrainerConfig.unroll_mode`` picks one:
+
+* `SyncCollector` (``"sync"``, exact and reproducible): every iteration acts
+  on all environments at once, waits for the slowest, and repeats
+  ``unroll_length`` times; nothing steps while the learner trains.
+* `AsyncCollector` (``"async"``): actor processes (`alf.trainers.actor`),
+  each with a few environments and a CPU copy of the policy, step back to
+  back: no environment waits for its siblings, for inference elsewhere, or
+  for the learner, which trains on one unroll while the actors collect the
+  next with the policy it last sent them (`publish`). Nothing of the actors
+  shares the learner's interpreter (a thread there would fight the learner
+  for the GIL: measured, the learner's many small torch calls then ran up
+  to twice as slow).
+
+Policy versions: version ``v`` is the policy after ``v`` training
+iterations, and the learner trains on unroll ``u`` at version ``u``. A step
+of unroll ``u`` acted by version ``p`` has lag ``u - p``. The asynchronous
+collector never acts on unroll ``u`` with a version below
+``u - max_policy_lag`` (an environment that gets that far ahead waits for
+the next version), and `collect` refuses an unroll holding a staler step.
+So ``max_policy_lag = 0`` keeps the data exactly on-policy (environments
+still do not wait for each other, but nothing steps during training), and
+``1`` lets collection run one iteration ahead, as Cleanba's actor does.
+
+Only the learner's thread talks to the process group: actors have no
+process group, and the receiving thread only queues their messages. Every
+stored step carries the acting policy's ``rollout_info`` (PPO's
+behaviour log-probability, used in the ratio) and its version.
+"""
+import multiprocessing as mp
+import pickle
+import queue
+import threading
+import time
+from multiprocessing import connection
+from typing import Dict, Optional
+
+import torch
+from absl import logging
+
+from alf import nest
+from alf.data_structures import Experience
+from alf.environments.suite_gym import BatchedEnvironment
+from alf.trainers.episode_stats import EpisodeStats
+from alf.utils.errors import AlfError, ConfigError, TrainingError
+
+UNROLL_MODES = ("sync", "async")
+
+
+class CollectionError(AlfError):
+    """An actor process of asynchronous collection failed or died."""
+
+
+class SyncCollector:
+    """Lock-step collection in the learner's thread (the exact mode).
+
+    Args:
+        env: a `BatchedEnvironment` of this rank's environments.
+        unroll_length: steps per environment per `collect`.
+    """
+
+    def __init__(self, env: BatchedEnvironment, unroll_length: int):
+        self._env, self._unroll_length = env, unroll_length
+        self._alg = self._episodes = self._obs = None
+        self._version = 0
+
+    def describe(self):
+        """(observation_space, action_space, episode metric names)."""
+        env = self._env
+        return (env.observation_space, env.action_space,
+                tuple(getattr(env, "episode_info", ())))
+
+    def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
+              version: int, torch_seed: Optional[int] = None) -> None:
+        """Resets the environments (env ``i`` gets seed ``env_seed + i``)
+        for ``algorithm`` to act in; ``version`` is the policy version of
+        the first unroll. Acting draws from torch's global RNG, which the
+        trainer seeds (``torch_seed`` is for `AsyncCollector`)."""
+        self._alg, self._episodes, self._version = algorithm, episodes, version
+        self._obs = algorithm.observe(self._env.reset(seed=env_seed)
+                                      .observation)
+
+    def collect(self) -> Dict[str, torch.Tensor]:
+        """Collects one unroll into the algorithm; returns summaries."""
+        alg, env, obs = self._alg, self._env, self._obs
+        alg.policy_version = self._version
+        versions = torch.full((env.num_envs, ), self._version,
+                              dtype=torch.int64)
+        with torch.inference_mode():
+            for _ in range(self._unroll_length):
+                step = alg.rollout_step(obs)
+                ts = env.step(step.output)
+                next_obs = alg.observe(ts.observation)
+                stored_next = next_obs
+                if ts.final_observation is not None:
+                    stored_next = alg.observe(ts.final_observation,
+                                              update=False)
+                alg.store(Experience(obs, step.output, ts.reward,
+                                     ts.terminated, ts.truncated, stored_next,
+                                     step.info, versions))
+                self._episodes.update(ts.reward, ts.done, ts.episode_info)
+                obs = next_obs
+        self._obs = obs
+        return {}
+
+    def publish(self, version: int) -> None:
+        """The learner finished training to ``version``."""
+        self._version = version
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class AsyncCollector:
+    """Collection by actor processes that never wait for each other.
+
+    Spawns, at construction, one actor process (`alf.trainers.actor`) per
+    group of ``envs_per_actor`` environments. Each actor builds its
+    environments and a copy of the algorithm from the same configuration,
+    steps them back to back with the newest policy version it has, and sends
+    each finished unroll back; a receiving thread in this process only
+    moves those messages into a queue, so actors never wait on a learner
+    that is training. `collect` assembles an unroll from all actors' columns
+    and stores it in the algorithm in the learner's thread.
+
+    Args:
+        config: the rank's `TrainerConfig` (``num_envs`` per rank; uses
+            ``envs_per_actor``, ``unroll_length`` and ``max_policy_lag``).
+    """
+
+    def __init__(self, config):
+        import gin
+
+        from alf.trainers.actor import actor_main
+        envs_per_actor = config.envs_per_actor
+        if config.num_envs % envs_per_actor:
+            raise ConfigError(
+                f"TrainerConfig.envs_per_actor={envs_per_actor} does not "
+                f"divide the {config.num_envs} environments of a process; "
+                f"use a divisor of {config.num_envs}")
+        self._T, self._lag = config.unroll_length, config.max_policy_lag
+        self._alg = self._episodes = None
+        self._queue: "queue.Queue" = queue.Queue()
+        self._unrolls: Dict[int, dict] = {}  # unroll -> actor -> message
+        self._error: Optional[BaseException] = None
+        self._last_collect = None
+        ctx = mp.get_context("spawn")
+        self._conns, self._procs = [], []
+        n = config.num_envs // envs_per_actor
+        self._cols = [i * envs_per_actor for i in range(n)]
+        gin_config = gin.config_str()
+        for i in range(n):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=actor_main, daemon=True,
+                               name=f"alf-actor-{i}", args=(
+                                   theirs, gin_config, config, envs_per_actor,
+                                   self._T, self._lag))
+            proc.start()
+            theirs.close()
+            self._conns.append(mine)
+            self._procs.append(proc)
+        self._receiver = threading.Thread(target=self._receive, daemon=True,
+                                          name="alf-actor-receiver")
+        self._receiver.start()
+
+    # ---- set-up -----------------------------------------------------------
+    def describe(self):
+        """(observation_space, action_space, episode metric names) of the
+        environments, from the first actor that is ready (waits for it)."""
+        while True:
+            actor, message = self._get()
+            if message[0] == "ready":
+                return message[1:]
+
+    def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
+              version: int, torch_seed: int) -> None:
+        """Sends every actor ``algorithm``'s policy at ``version`` (also the
+        index of the first unroll) and its seeds; env ``i`` of this rank
+        gets seed ``env_seed + i``. Finished episodes go to ``episodes``."""
+        self._alg, self._episodes, self._next = algorithm, episodes, version
+        state = algorithm.acting_state()
+        for i, (conn, col) in enumerate(zip(self._conns, self._cols)):
+            self._send(conn, ("start", env_seed + col,
+                              torch_seed + 104_729 * i, version, state))
+
+    # ---- the learner's side -----------------------------------------------
+    def collect(self) -> Dict[str, torch.Tensor]:
+        """Waits for every actor's part of the next unroll and stores it in
+        the algorithm; returns lag and waiting summaries.
+
+        Raises:
+            CollectionError: an actor failed or died.
+            TrainingError: a step staler than ``max_policy_lag``.
+        """
+        u, start = self._next, time.perf_counter()
+        parts = self._unrolls.setdefault(u, {})
+        while len(parts) < len(self._conns):
+            actor, message = self._get()
+            if message[0] == "unroll":
+                self._unrolls.setdefault(message[1], {})[actor] = message
+        del self._unrolls[u]
+        waited = time.perf_counter() - start
+        parts = [parts[i] for i in range(len(self._conns))]
+        # [T, B] from the actors' [T, b_i] columns, in environment order.
+        exp, info = nest.map_structure(lambda *xs: torch.cat(xs, 1),
+                                       *[(p[2], p[3]) for p in parts])
+        lag = u - exp.policy_version
+        if int(lag.max()) > self._lag:
+            raise TrainingError(
+                f"unroll {u} holds a step of policy version "
+                f"{int(exp.policy_version.min())}, {int(lag.max())} behind "
+                f"(max_policy_lag={self._lag})")
+        alg = self._alg
+        alg.policy_version = u
+        if alg.observation_normalizer is not None:
+            for p in parts:
+                alg.observation_normalizer.add_pending(p[4])
+        exp = nest.map_structure(lambda x: x.to(alg.device), exp)
+        for t in range(self._T):
+            row = nest.map_structure(lambda x: x[t], exp)
+            alg.store(row)
+            self._episodes.update(row.reward.cpu(), (row.terminated |
+                                                     row.truncated).cpu(),
+                                  {k: v[t] for k, v in info.items()})
+        self._next = u + 1
+        now = time.perf_counter()
+        period, self._last_collect = now - (self._last_collect or start), now
+        lag = lag.double()
+        return {"collect/policy_lag_mean": lag.mean(),
+                "collect/policy_lag_max": lag.max(),
+                "collect/learner_wait_fraction": torch.tensor(
+                    min(waited / max(period, 1e-9), 1.0))}
+
+    def publish(self, version: int) -> None:
+        """Sends the learner's policy at ``version`` to every actor."""
+        data = pickle.dumps(("state", version, self._alg.acting_state()),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        for conn in self._conns:
+            self._send(conn, data)
+
+    def close(self) -> None:
+        """Stops the actors (killing any that do not stop in time)."""
+        for conn in self._conns:
+            try:
+                self._send(conn, ("stop", ))
+            except OSError:
+                pass  # already gone
+        deadline = time.time() + 10
+        for proc in self._procs:
+            proc.join(timeout=max(deadline - time.time(), 0.1))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+
+    # ---- messages -----------------------------------------------------------
+    def _send(self, conn, message) -> None:
+        if not isinstance(message, bytes):
+            message = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            conn.send_bytes(message)
+        except OSError:
+            self._raise_dead()
+
+    def _get(self):
+        """The next (actor, message) from any actor; raises for errors."""
+        while True:
+            try:
+                actor, data = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                continue  # lets a second Ctrl-C through
+            if data is None:
+                self._raise_dead(actor)
+            message = pickle.loads(data)
+            if message[0] == "error":
+                _, user_error, name, text, tb = message
+                logging.error("actor %d failed:\n%s", actor, tb)
+                cls = AlfError if user_error else CollectionError
+                raise cls(text if user_error else
+                          f"actor {actor} (environments "
+                          f"{self._cols[actor]}..) failed: {name}: {text}")
+            return actor, message
+
+    def _raise_dead(self, actor: Optional[int] = None):
+        if actor is None:
+            actor = next((i for i, p in enumerate(self._procs)
+                          if not p.is_alive()), 0)
+        proc = self._procs[actor]
+        proc.join(timeout=5)
+        code = proc.exitcode
+        how = (f"was killed by signal {-code}" if code is not None and code
+               < 0 else f"exited with code {code}")
+        raise CollectionError(f"actor {actor} (environment process of "
+                              f"environments {self._cols[actor]}..) {how}")
+
+    def _receive(self) -> None:
+        """The receiving thread: actors' messages into the queue (``None``
+        when an actor's pipe closes)."""
+        open_conns = dict(enumerate(self._conns))
+        try:
+            while open_conns:
+                for conn in connection.wait(list(open_conns.values())):
+                    actor = self._conns.index(conn)
+                    try:
+                        self._queue.put((actor, conn.recv_bytes()))
+                    except (EOFError, OSError):
+                        self._queue.put((actor, None))
+                        del open_conns[actor]
+        except (OSError, ValueError):
+            pass  # `close` closed the pipes
