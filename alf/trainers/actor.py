@@ -28,7 +28,7 @@ from alf import nest
 from alf.data_structures import Experience
 
 
-def actor_main(conn, gin_config: str, config, num_envs: int,
+def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
                unroll_length: int, max_policy_lag: int) -> None:
     """Entry point of an actor process (spawned by `AsyncCollector`).
 
@@ -37,6 +37,9 @@ def actor_main(conn, gin_config: str, config, num_envs: int,
         gin_config: the learner's ``gin.config_str()``: the actor builds its
             environments and algorithm with the same bindings.
         config: the rank's `TrainerConfig` (sizes per rank).
+        env_spec: the learner's gymnasium registration of
+            ``config.env_name``, if it has one: an environment registered
+            at run time (by a script or a test) is registered here too.
         num_envs: environments of this actor.
         unroll_length: steps per environment per unroll.
         max_policy_lag: see `collector`.
@@ -49,6 +52,9 @@ def actor_main(conn, gin_config: str, config, num_envs: int,
     try:
         import alf.config  # noqa: F401 - registers the configurables
         alf.config.parse_config([], [gin_config])
+        if env_spec is not None:
+            import gymnasium as gym
+            gym.registry.setdefault(env_spec.id, env_spec)
         env = config.env_load_fn(config.env_name, num_envs=num_envs,
                                  seed=None, asynchronous=False)
         algorithm = config.algorithm_ctor(

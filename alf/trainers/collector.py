@@ -33,11 +33,14 @@ behaviour log-probability, used in the ratio) and its version.
 import multiprocessing as mp
 import pickle
 import queue
+import signal
 import threading
 import time
 from multiprocessing import connection
 from typing import Dict, Optional
 
+import gin
+import gymnasium as gym
 import torch
 from absl import logging
 
@@ -132,8 +135,6 @@ class AsyncCollector:
     """
 
     def __init__(self, config):
-        import gin
-
         from alf.trainers.actor import actor_main
         envs_per_actor = config.envs_per_actor
         if config.num_envs % envs_per_actor:
@@ -150,13 +151,17 @@ class AsyncCollector:
         ctx = mp.get_context("spawn")
         self._conns, self._procs = [], []
         n = config.num_envs // envs_per_actor
+        self._envs_per_actor = envs_per_actor
         self._cols = [i * envs_per_actor for i in range(n)]
         gin_config = gin.config_str()
+        spec = (gym.spec(config.env_name) if config.env_name in gym.registry
+                else None)
         for i in range(n):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=actor_main, daemon=True,
                                name=f"alf-actor-{i}", args=(
-                                   theirs, gin_config, config, envs_per_actor,
+                                   theirs, gin_config, config, spec,
+                                   envs_per_actor,
                                    self._T, self._lag))
             proc.start()
             theirs.close()
@@ -243,9 +248,10 @@ class AsyncCollector:
 
     def close(self) -> None:
         """Stops the actors (killing any that do not stop in time)."""
+        stop = pickle.dumps(("stop", ))
         for conn in self._conns:
             try:
-                self._send(conn, ("stop", ))
+                conn.send_bytes(stop)
             except OSError:
                 pass  # already gone
         deadline = time.time() + 10
@@ -281,8 +287,8 @@ class AsyncCollector:
                 logging.error("actor %d failed:\n%s", actor, tb)
                 cls = AlfError if user_error else CollectionError
                 raise cls(text if user_error else
-                          f"actor {actor} (environments "
-                          f"{self._cols[actor]}..) failed: {name}: {text}")
+                          f"actor {actor} ({self._describe_actor(actor)}) "
+                          f"failed: {name}: {text}")
             return actor, message
 
     def _raise_dead(self, actor: Optional[int] = None):
@@ -292,10 +298,17 @@ class AsyncCollector:
         proc = self._procs[actor]
         proc.join(timeout=5)
         code = proc.exitcode
-        how = (f"was killed by signal {-code}" if code is not None and code
-               < 0 else f"exited with code {code}")
-        raise CollectionError(f"actor {actor} (environment process of "
-                              f"environments {self._cols[actor]}..) {how}")
+        how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
+               if code is not None and code < 0 else
+               f"exited with code {code}")
+        raise CollectionError(f"actor {actor} ({self._describe_actor(actor)})"
+                              f" {how}")
+
+    def _describe_actor(self, actor: int) -> str:
+        first = self._cols[actor]
+        last = first + self._envs_per_actor - 1
+        return (f"environment {first}" if first == last else
+                f"environments {first}-{last}") + " of this process"
 
     def _receive(self) -> None:
         """The receiving thread: actors' messages into the queue (``None``

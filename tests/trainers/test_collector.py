@@ -1,0 +1,236 @@
+"""Asynchronous collection: exact trajectories, versions, lag bound, faults.
+
+The environments are scripted: an observation is (environment tag, episode,
+step), episode lengths and ends (terminated or truncated) follow a formula,
+and each environment sleeps its own, varying time per step, so that the
+actors run at different paces.
+"""
+import copy
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from alf import nest
+from alf.algorithms.ppo_algorithm import PPOAlgorithm
+from alf.trainers.collector import AsyncCollector, CollectionError
+from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.trainer_config import TrainerConfig
+from alf.utils import distributed
+from alf.utils.distributed import activate_ddp
+from alf.utils.errors import AlfError, TrainingError
+from distributed_harness import run_ranks, values
+
+pytestmark = pytest.mark.timeout(120)
+
+SCRIPTED_ID = "AlfScriptedPace-v0"
+
+
+def episode_length(tag: int, episode: int) -> int:
+    return 2 + (3 * episode + tag) % 5
+
+
+def ends_terminated(tag: int, episode: int) -> bool:
+    return (episode + tag) % 2 == 0
+
+
+class ScriptedPace(gym.Env):
+    """Observation (tag, episode, step); tag = the first reset's seed."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1e6, (3, ), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._tag = self._episode = self._step = None
+
+    def _obs(self):
+        return np.array([self._tag, self._episode, self._step], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        if self._tag is None:
+            self._tag, self._episode = seed, 0
+        else:
+            self._episode += 1
+        self._step = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        # Env k sleeps up to k ms, varying with the step: different paces.
+        time.sleep(((self._tag % 3) * (self._step + 1) % 4) * 5e-4)
+        self._step += 1
+        done = self._step == episode_length(self._tag, self._episode)
+        term = done and ends_terminated(self._tag, self._episode)
+        return self._obs(), 1.0, term, done and not term, {}
+
+
+if SCRIPTED_ID not in gym.registry:
+    gym.register(SCRIPTED_ID, entry_point=ScriptedPace)
+
+
+def _config(**kw):
+    kw = dict(dict(algorithm_ctor=PPOAlgorithm, env_name=SCRIPTED_ID,
+                   num_envs=3, unroll_length=6, mini_batch_size=18,
+                   num_updates_per_train_iter=1, unroll_mode="async"), **kw)
+    return TrainerConfig(**kw)
+
+
+def _started(cfg, env_seed=100, torch_seed=1):
+    collector = AsyncCollector(cfg)
+    obs_space, action_space, names = collector.describe()
+    torch.manual_seed(0)
+    alg = PPOAlgorithm(obs_space, action_space, cfg)
+    collector.start(alg, EpisodeStats(cfg.num_envs, names), env_seed, 0,
+                    torch_seed)
+    return collector, alg
+
+
+def _take(alg):
+    exp = nest.map_structure(torch.clone, alg.replay_buffer.gather_all())
+    alg.replay_buffer.clear()
+    return exp
+
+
+def test_async_unrolls_are_exact_trajectories_with_acting_log_probs():
+    cfg = _config(max_policy_lag=1)
+    collector, alg = _started(cfg)
+    policies = {0: copy.deepcopy(alg.actor)}
+    unrolls = []
+    try:
+        for u in range(5):
+            collector.collect()
+            unrolls.append(_take(alg))
+            with torch.no_grad():  # a new policy, as training would make
+                for p in alg.actor.parameters():
+                    p.add_(0.3 * torch.randn_like(p))
+            policies[u + 1] = copy.deepcopy(alg.actor)
+            collector.publish(u + 1)
+    finally:
+        collector.close()
+    lags = []
+    for u, exp in enumerate(unrolls):
+        lag = u - exp.policy_version
+        assert int(lag.min()) >= 0 and int(lag.max()) <= 1, exp.policy_version
+        lags += lag.flatten().tolist()
+        # The stored log-probability is the acting version's, step by step.
+        for v in exp.policy_version.unique().tolist():
+            rows = exp.policy_version == v
+            with torch.no_grad():
+                expect = policies[v](exp.observation[rows]).log_prob(
+                    exp.action[rows])
+            torch.testing.assert_close(exp.rollout_info[rows], expect)
+    # Both fresh and one-version-old steps occurred: the check above
+    # compared against more than one policy.
+    assert 0 in lags and 1 in lags, lags
+    # Each environment's column, across unroll boundaries, is its exact
+    # trajectory: consecutive steps, scripted ends, nothing lost or doubled.
+    whole = nest.map_structure(lambda *xs: torch.cat(xs), *unrolls)
+    obs, nxt = whole.observation.long(), whole.next_observation.long()
+    for b in range(cfg.num_envs):
+        tag = 100 + b
+        assert obs[0, b].tolist() == [tag, 0, 0]
+        for t in range(obs.shape[0]):
+            _, ep, st = obs[t, b].tolist()
+            assert nxt[t, b].tolist() == [tag, ep, st + 1], (t, b)
+            last = st + 1 == episode_length(tag, ep)
+            term = last and ends_terminated(tag, ep)
+            assert bool(whole.terminated[t, b]) == term, (t, b)
+            assert bool(whole.truncated[t, b]) == (last and not term), (t, b)
+            if t + 1 < obs.shape[0]:
+                expect = [tag, ep + 1, 0] if last else [tag, ep, st + 1]
+                assert obs[t + 1, b].tolist() == expect, (t, b)
+
+
+def test_lag_zero_waits_for_every_version():
+    """With max_policy_lag=0 no actor steps into unroll u+1 before the
+    learner publishes version u+1; every stored step is exactly on-policy."""
+    cfg = _config(max_policy_lag=0)
+    collector, alg = _started(cfg)
+    try:
+        for u in range(3):
+            collector.collect()
+            exp = _take(alg)
+            assert (exp.policy_version == u).all(), exp.policy_version
+            time.sleep(0.3)  # room for an actor that would run ahead
+            assert collector._queue.empty()
+            collector.publish(u + 1)
+    finally:
+        collector.close()
+
+
+def test_a_step_staler_than_the_bound_is_refused():
+    """Negative control of the learner's check: actors allowed one version
+    of lag, a learner that allows none sees a stale step and refuses it."""
+    collector, alg = _started(_config(max_policy_lag=1))
+    try:
+        collector._lag = 0
+        collector.collect()  # unroll 0: version 0, fresh
+        _take(alg)
+        with pytest.raises(TrainingError, match="behind"):
+            collector.collect()  # unroll 1 without version 1 published
+    finally:
+        collector.close()
+
+
+def test_unknown_environment_is_a_one_line_error_from_the_actor():
+    collector = AsyncCollector(_config(env_name="NoSuchEnv-v0"))
+    try:
+        with pytest.raises(AlfError, match="unknown environment id") as e:
+            collector.describe()
+        assert "\n" not in str(e.value)
+    finally:
+        collector.close()
+
+
+def test_a_killed_actor_is_named_with_its_signal():
+    collector, alg = _started(_config())
+    try:
+        collector.collect()
+        victim = collector._procs[1]
+        victim.kill()
+        victim.join(10)
+        with pytest.raises(CollectionError, match="actor 1 .* signal 9"):
+            for _ in range(20):
+                collector.collect()
+                _take(alg)
+                collector.publish(collector._next)
+    finally:
+        collector.close()
+    assert not any(p.is_alive() for p in collector._procs)
+
+
+# ---- 2 ranks on asynchronously collected batches == 1 process ------------
+def _async_ppo_update(rank, world_size):
+    torch.set_num_threads(1)
+    cfg = _config(num_envs=4, unroll_length=5, mini_batch_size=20,
+                  num_updates_per_train_iter=3).per_rank(world_size)
+    collector, alg = _started(cfg, env_seed=100 + 2 * rank, torch_seed=rank)
+    activate_ddp(alg)
+    try:
+        collector.collect()
+    finally:
+        collector.close()
+    exp = nest.map_structure(torch.clone, alg.replay_buffer.gather_all())
+    alg.train_iter(0.0)
+    return exp, {n: t.clone() for n, t in distributed.synced_state(alg)}
+
+
+def test_two_ranks_on_async_batches_equal_one_process_on_the_union():
+    (exp0, state0), (exp1, state1) = values(run_ranks(_async_ppo_update, 2))
+    union = nest.map_structure(lambda a, b: torch.cat([a, b], 1), exp0, exp1)
+    cfg = _config(num_envs=4, unroll_length=5, mini_batch_size=20,
+                  num_updates_per_train_iter=3)
+    torch.manual_seed(0)
+    single = PPOAlgorithm(gym.spaces.Box(0, 1e6, (3, ), np.float32),
+                          gym.spaces.Discrete(2), cfg)
+    before = {n: t.clone() for n, t in single.state_dict().items()}
+    for t in range(cfg.unroll_length):
+        single.store(nest.map_structure(lambda x: x[t], union))
+    single.train_iter(0.0)
+    moved = 0
+    for name, ref in single.state_dict().items():
+        for state in (state0, state1):
+            diff = (state[name].double() - ref.double()).abs().max().item()
+            assert diff <= 1e-5, f"{name}: max abs diff {diff}"
+        moved += not torch.equal(before[name], ref)
+    assert moved > 0  # the update changed the weights
