@@ -68,6 +68,7 @@ def print_curves(results: Dict[int, Dict[str, list]],
 
 
 _PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
+_LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step")
 
 
 def throughput_params(num_env_steps: int) -> List[str]:
@@ -92,7 +93,8 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         ``rate``: env steps/s from the trainer's last progress line (training
         only: no evaluation, no start-up); ``wall``: seconds of the whole
         command; ``wall_rate``: env steps / ``wall`` (start-up, process
-        spawn and the final evaluation included); ``env_steps``.
+        spawn and the final evaluation included); ``env_steps``;
+        ``learner_ms``: the learner's CPU ms per env step (of rank 0).
 
     Raises:
         RuntimeError: if the run fails or prints no progress line (its
@@ -118,8 +120,10 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         raise RuntimeError(f"training failed (exit {proc.returncode}); see "
                            f"{root_dir}.log")
     steps, _, rate = (int(x) for x in found[-1])
+    learner = _LEARNER.findall(proc.stdout)
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
-            "env_steps": steps}
+            "env_steps": steps,
+            "learner_ms": float(learner[-1]) if learner else float("nan")}
 
 
 def print_library_comparison(rows: Dict[str, list], what: str) -> None:

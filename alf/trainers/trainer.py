@@ -204,11 +204,13 @@ class Trainer:
         last_eval = {}
         self._clock = (time.time(), self.env_steps)
         self._eval_seconds = 0.0
+        self._learner_cpu = 0.0  # CPU seconds of train_iter, this rank
         self._last_log = time.time()
         try:
             while self.iteration < num_iters:
                 collect_stats = self._collector.collect()
                 steps = self.env_steps + gcfg.steps_per_iteration
+                learner_start = time.thread_time()
                 try:
                     stats = self.algorithm.train_iter(
                         min(steps / gcfg.num_env_steps, 1.0))
@@ -217,6 +219,7 @@ class Trainer:
                         f"{e} at iteration {self.iteration + 1} "
                         f"({steps} env steps); stopped without writing a "
                         "checkpoint") from e
+                self._learner_cpu += time.thread_time() - learner_start
                 self._collector.publish(self.iteration + 1)
                 stats.update(collect_stats)
                 # Counters move only after a complete iteration, so a
@@ -305,12 +308,16 @@ class Trainer:
         self._last_log = now
         rate = self._steps_per_second()
         left = self.global_config.num_env_steps - self.env_steps
+        # The learner's CPU per env step of this rank: with ranks alike,
+        # also all learners' core time per global env step.
+        local_steps = (self.env_steps - self._clock[1]) / self.world_size
         logging.info(
             "iter %d/%d | env steps %d/%d | %.0f steps/s | recent return "
-            "%.2f | time left %s", self.iteration, num_iters, self.env_steps,
-            self.global_config.num_env_steps, rate,
+            "%.2f | time left %s | learner %.3f ms CPU/step", self.iteration,
+            num_iters, self.env_steps, self.global_config.num_env_steps, rate,
             self._episodes.recent_return(),
-            time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)))
+            time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
+            1000 * self._learner_cpu / max(local_steps, 1))
 
     def _close(self) -> None:
         for w in self._writers.values():

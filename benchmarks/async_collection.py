@@ -1,0 +1,132 @@
+r"""Training throughput, synchronous vs asynchronous collection, in one run.
+
+    python benchmarks/async_collection.py --workload metadrive [--repeats 2]
+    python benchmarks/async_collection.py --workload cart_pole
+    python benchmarks/async_collection.py --workload sac_pendulum
+
+Each repeat runs every variant once (the order alternates between repeats,
+so machine noise hits all of them); a variant is ``python -m alf.bin.train``
+with ``TrainerConfig.unroll_mode`` "sync" or "async", 1 or 2 processes, and
+its rate is the trainer's own (training only: no start-up, no evaluation).
+
+``metadrive`` (``ppg_metadrive.gin``) also runs bare MetaDrive: one
+``MetaDriveEnv`` per core stepping uniformly random actions with the
+config's environment settings, no vector env, no learning: the cores'
+simulation capacity ``C`` (env steps/s). It prints each variant's ratio to
+``C`` and to the limit ``cores / (cores / C + L)``, where ``L`` is the
+learner's own CPU time per env step measured in that run (the trainer's
+progress line): what the machine could do if simulation and learning were
+perfectly packed on its cores.
+
+``cart_pole`` is ``ppo_cart_pole.gin`` with ``async_env`` (one subprocess
+per environment in sync mode); ``sac_pendulum`` is ``sac_pendulum.gin``.
+"""
+import argparse
+import os
+import statistics
+import tempfile
+
+from runs import throughput_params, train_throughput
+
+WORKLOADS = {
+    # gin file, env steps per run, extra bindings
+    "metadrive": ("ppg_metadrive.gin", 16384,
+                  ["TrainerConfig.num_eval_episodes=1"]),
+    "cart_pole": ("ppo_cart_pole.gin", 40960,
+                  ["TrainerConfig.async_env=True",
+                   "TrainerConfig.num_eval_episodes=1"]),
+    "sac_pendulum": ("sac_pendulum.gin", 6000,
+                     ["TrainerConfig.num_eval_episodes=1"]),
+}
+
+
+def bare_rate(raws, steps: int) -> float:
+    """Env steps/s of all ``raws`` stepping at once (over the slowest)."""
+    for r in raws:
+        r._conn.send(steps)
+    seconds = [r._conn.recv()[0] for r in raws]
+    return len(raws) * steps / max(seconds)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS),
+                        default="metadrive")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--num_env_steps", type=int, default=None)
+    parser.add_argument("--processes", default="1,2",
+                        help="comma-separated process counts")
+    parser.add_argument("--bare_steps", type=int, default=3000)
+    args = parser.parse_args()
+    gin_file, steps, extra = WORKLOADS[args.workload]
+    steps = args.num_env_steps or steps
+    params = throughput_params(steps) + extra + [
+        "TrainerConfig.log_interval_seconds=1000"]
+    cores = os.cpu_count()
+    procs = [int(p) for p in args.processes.split(",")]
+    variants = [(n, m) for n in procs for m in ("sync", "async")]
+    print(f"config: {gin_file} {' '.join(params)}")
+    print(f"load before: {os.getloadavg()[0]:.2f}; {cores} cores", flush=True)
+    rates = {v: [] for v in variants}
+    learner = {v: [] for v in variants}
+    bare, raws = [], []
+    if args.workload == "metadrive":
+        from metadrive_step_rate import Raw
+        raws = [Raw(i) for i in range(cores)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="alf-async-") as root:
+            for rep in range(args.repeats):
+                order = (["bare"] if raws else []) + variants
+                if rep % 2:
+                    order.reverse()
+                for v in order:
+                    if v == "bare":
+                        bare.append(bare_rate(raws, args.bare_steps))
+                        print(f"repeat {rep}: bare MetaDrive x{cores} "
+                              f"{bare[-1]:6.0f} env steps/s", flush=True)
+                        continue
+                    n, mode = v
+                    r = train_throughput(
+                        [gin_file], params + [
+                            f'TrainerConfig.unroll_mode="{mode}"'],
+                        os.path.join(root, f"{mode}{n}-r{rep}"),
+                        num_processes=n)
+                    rates[v].append(r["rate"])
+                    learner[v].append(r["learner_ms"])
+                    print(f"repeat {rep}: {n} proc {mode:5s} "
+                          f"{r['rate']:6.0f} env steps/s, learner "
+                          f"{r['learner_ms']:.3f} ms CPU/step (wall "
+                          f"{r['wall']:.0f} s); load "
+                          f"{os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        for r in raws:
+            r.close()
+    print(f"load after: {os.getloadavg()[0]:.2f}\n")
+    report(variants, rates, learner, bare, cores)
+
+
+def report(variants, rates, learner, bare, cores) -> None:
+    """Prints the mean rate of each variant and its ratios."""
+    head = f"{'variant':<14} {'env steps/s':>11} {'async/sync':>10}"
+    if bare:
+        capacity = statistics.mean(bare)
+        print(f"bare MetaDrive x{cores} (capacity C): {capacity:.0f} env "
+              f"steps/s; per repeat {', '.join(f'{b:.0f}' for b in bare)}")
+        head += f" {'learner ms':>10} {'/ bare':>7} {'limit':>7} {'/ limit':>7}"
+    print(head)
+    for n, mode in variants:
+        rate = statistics.mean(rates[(n, mode)])
+        sync = statistics.mean(rates[(n, "sync")])
+        line = (f"{n} proc {mode:<7} {rate:11.0f} "
+                f"{rate / sync if mode == 'async' else 1.0:10.2f}")
+        if bare:
+            ms = statistics.mean(learner[(n, mode)])
+            limit = cores / (cores / capacity + ms / 1000)
+            line += (f" {ms:10.3f} {rate / capacity:7.2f} {limit:7.0f} "
+                     f"{rate / limit:7.2f}")
+        print(line + "   per repeat " +
+              " ".join(f"{x:.0f}" for x in rates[(n, mode)]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The training CLI with asynchronous collection (actor processes): Ctrl-C,
+a killed actor and 2-process training end cleanly, leaving no process."""
+import glob
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import torch
+
+from test_train import _cmd, _env
+
+pytestmark = pytest.mark.timeout(180)
+
+ASYNC = {"TrainerConfig.unroll_mode": '"async"',
+         "TrainerConfig.log_interval_seconds": "0.1",
+         "TrainerConfig.eval_interval": "0"}
+
+
+def _session_processes(sid: int):
+    """PIDs of the processes in session ``sid`` (Linux /proc)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(p))
+    return out
+
+
+def _assert_no_process_left(sid: int):
+    deadline = time.time() + 15
+    while _session_processes(sid) and time.time() < deadline:
+        time.sleep(0.2)
+    left = _session_processes(sid)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
+class _Run:
+    """The CLI in its own session, its output collected by threads."""
+
+    def __init__(self, cmd):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     env=_env(), start_new_session=True)
+        self.lines, self.started = [], threading.Event()
+        self._readers = [threading.Thread(target=self._read, args=(s, ),
+                                          daemon=True)
+                         for s in (self.proc.stdout, self.proc.stderr)]
+        for t in self._readers:
+            t.start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.append(line)
+            if "iter " in line:
+                self.started.set()
+
+    def finish(self, timeout=90) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            for t in self._readers:
+                t.join(5)
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+
+def _children(pid: int):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
+    run = _Run(_cmd(tmp_path / "run", **ASYNC,
+                    **{"TrainerConfig.num_env_steps": "10000000"}))
+    try:
+        assert run.started.wait(90), run.out
+        time.sleep(0.3)
+        run.proc.send_signal(signal.SIGINT)
+    finally:
+        rc = run.finish()
+    assert rc == 130, run.out
+    assert "Traceback" not in run.out, run.out
+    assert glob.glob(str(tmp_path / "run" / "ckpt" / "ckpt-*.pt")), run.out
+    _assert_no_process_left(run.proc.pid)
+
+
+def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
+        tmp_path):
+    run = _Run(_cmd(tmp_path / "run", **ASYNC,
+                    **{"TrainerConfig.num_env_steps": "10000000",
+                       "TrainerConfig.checkpoint_interval": "1000000"}))
+    try:
+        assert run.started.wait(90), run.out
+        actors = [c for c in _children(run.proc.pid)
+                  if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+        assert len(actors) >= 2, actors
+        os.kill(actors[1], signal.SIGKILL)
+    finally:
+        rc = run.finish()
+    assert rc == 1, run.out
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    assert "actor" in said[0] and "SIGKILL" in said[0], said[0]
+    assert "Traceback" not in run.out, run.out
+    _assert_no_process_left(run.proc.pid)
+
+
+def test_async_two_processes_train_and_finish(tmp_path):
+    root = tmp_path / "run"
+    run = _Run(_cmd(root, **ASYNC) + ["--distributed", "multi-process",
+                                      "--num_processes", "2"])
+    rc = run.finish(timeout=150)
+    assert rc == 0, run.out
+    counters = torch.load(max(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))),
+                          weights_only=True)["counters"]
+    assert counters["env_steps"] == 512, counters
+    _assert_no_process_left(run.proc.pid)
