@@ -18,6 +18,17 @@ learner's own CPU time per env step measured in that run (the trainer's
 progress line): what the machine could do if simulation and learning were
 perfectly packed on its cores.
 
+Random actions are the cheap case: a policy that drives moves through
+traffic and ends episodes sooner (MetaDrive's resets are costly), so the
+same simulator takes more CPU per step under a learning policy. The
+asynchronous runs' actors measure that cost, ``E`` (CPU ms per step inside
+the environment's step, on the trajectories training actually drove), and
+``A``, the actors' whole CPU per step (``E`` plus inference and
+bookkeeping). The report adds the run's own limit ``cores / (E + L)`` (the
+cores spent on nothing but this run's simulation and learning) and the
+ratio to it, for every variant (``E`` from the async runs with the same
+number of processes).
+
 ``cart_pole`` is ``ppo_cart_pole.gin`` with ``async_env`` (one subprocess
 per environment in sync mode); ``sac_pendulum`` is ``sac_pendulum.gin``.
 """
@@ -30,7 +41,9 @@ from runs import throughput_params, train_throughput
 
 WORKLOADS = {
     # gin file, env steps per run, extra bindings
-    "metadrive": ("ppg_metadrive.gin", 16384,
+    # PPG trains its auxiliary phase every 4th iteration: 12 iterations
+    # hold 3 of them, and the steady state, not the pipeline's fill.
+    "metadrive": ("ppg_metadrive.gin", 49152,
                   ["TrainerConfig.num_eval_episodes=1"]),
     "cart_pole": ("ppo_cart_pole.gin", 40960,
                   ["TrainerConfig.async_env=True",
@@ -69,6 +82,7 @@ def main():
     print(f"load before: {os.getloadavg()[0]:.2f}; {cores} cores", flush=True)
     rates = {v: [] for v in variants}
     learner = {v: [] for v in variants}
+    actors = {v: [] for v in variants}
     bare, raws = [], []
     if args.workload == "metadrive":
         from metadrive_step_rate import Raw
@@ -93,37 +107,56 @@ def main():
                         num_processes=n)
                     rates[v].append(r["rate"])
                     learner[v].append(r["learner_ms"])
+                    actors[v].append((r["actor_ms"], r["env_ms"]))
+                    said = ("" if mode == "sync" else
+                            f", actors {r['actor_ms']:.3f} (env step "
+                            f"{r['env_ms']:.3f})")
                     print(f"repeat {rep}: {n} proc {mode:5s} "
                           f"{r['rate']:6.0f} env steps/s, learner "
-                          f"{r['learner_ms']:.3f} ms CPU/step (wall "
+                          f"{r['learner_ms']:.3f} ms CPU/step{said} (wall "
                           f"{r['wall']:.0f} s); load "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
     finally:
         for r in raws:
             r.close()
     print(f"load after: {os.getloadavg()[0]:.2f}\n")
-    report(variants, rates, learner, bare, cores)
+    report(variants, rates, learner, actors, bare, cores)
 
 
-def report(variants, rates, learner, bare, cores) -> None:
+def report(variants, rates, learner, actors, bare, cores) -> None:
     """Prints the mean rate of each variant and its ratios."""
+    mean = statistics.mean
     head = f"{'variant':<14} {'env steps/s':>11} {'async/sync':>10}"
     if bare:
-        capacity = statistics.mean(bare)
+        capacity = mean(bare)
         print(f"bare MetaDrive x{cores} (capacity C): {capacity:.0f} env "
-              f"steps/s; per repeat {', '.join(f'{b:.0f}' for b in bare)}")
-        head += f" {'learner ms':>10} {'/ bare':>7} {'limit':>7} {'/ limit':>7}"
+              f"steps/s, {1000 * cores / capacity:.3f} ms CPU/step; per "
+              f"repeat {', '.join(f'{b:.0f}' for b in bare)}")
+        env_ms = {n: mean(e for _, e in actors[(n, "async")])
+                  for n, m in variants if m == "async"}
+        for n, e in env_ms.items():
+            a = mean(a for a, _ in actors[(n, "async")])
+            dearer = e * capacity / 1000 / cores
+            print(f"{n} proc async, actors: {a:.3f} ms CPU/step, of which "
+                  f"the simulator E = {e:.3f} ({dearer:.2f}x its "
+                  f"random-action cost); inference and bookkeeping "
+                  f"{a - e:.3f}")
+        head += (f" {'learner ms':>10} {'/ bare':>7} {'limit':>7} "
+                 f"{'/ limit':>7} {'run limit':>9} {'/ run':>6}")
     print(head)
     for n, mode in variants:
-        rate = statistics.mean(rates[(n, mode)])
-        sync = statistics.mean(rates[(n, "sync")])
+        rate = mean(rates[(n, mode)])
+        sync = mean(rates[(n, "sync")])
         line = (f"{n} proc {mode:<7} {rate:11.0f} "
                 f"{rate / sync if mode == 'async' else 1.0:10.2f}")
         if bare:
-            ms = statistics.mean(learner[(n, mode)])
+            ms = mean(learner[(n, mode)])
             limit = cores / (cores / capacity + ms / 1000)
             line += (f" {ms:10.3f} {rate / capacity:7.2f} {limit:7.0f} "
                      f"{rate / limit:7.2f}")
+            if n in env_ms:
+                run_limit = cores / ((env_ms[n] + ms) / 1000)
+                line += f" {run_limit:9.0f} {rate / run_limit:6.2f}"
         print(line + "   per repeat " +
               " ".join(f"{x:.0f}" for x in rates[(n, mode)]))
 

@@ -69,6 +69,7 @@ def print_curves(results: Dict[int, Dict[str, list]],
 
 _PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
 _LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step")
+_ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)\)")
 
 
 def throughput_params(num_env_steps: int) -> List[str]:
@@ -94,7 +95,10 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         only: no evaluation, no start-up); ``wall``: seconds of the whole
         command; ``wall_rate``: env steps / ``wall`` (start-up, process
         spawn and the final evaluation included); ``env_steps``;
-        ``learner_ms``: the learner's CPU ms per env step (of rank 0).
+        ``learner_ms``: the learner's CPU ms per env step (of rank 0);
+        ``actor_ms`` and ``env_ms``: with asynchronous collection, rank 0's
+        actors' CPU ms per env step, all of it and the part in the
+        environments' step (NaN otherwise).
 
     Raises:
         RuntimeError: if the run fails or prints no progress line (its
@@ -121,9 +125,13 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
                            f"{root_dir}.log")
     steps, _, rate = (int(x) for x in found[-1])
     learner = _LEARNER.findall(proc.stdout)
+    actors = _ACTORS.findall(proc.stdout)
+    nan = float("nan")
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
             "env_steps": steps,
-            "learner_ms": float(learner[-1]) if learner else float("nan")}
+            "learner_ms": float(learner[-1]) if learner else nan,
+            "actor_ms": float(actors[-1][0]) if actors else nan,
+            "env_ms": float(actors[-1][1]) if actors else nan}
 
 
 def print_library_comparison(rows: Dict[str, list], what: str) -> None:

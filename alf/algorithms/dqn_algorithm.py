@@ -93,6 +93,8 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         random = torch.randint(self._num_actions, (n, ), device=greedy.device)
         return torch.where(explore, random, greedy)
 
+    acting_modules = ("q_net", )  # what rollout_step reads
+
     def predict_step(self, observation) -> AlgStep:
         return AlgStep(output=self._epsilon_greedy(observation,
                                                    self._eps_eval))

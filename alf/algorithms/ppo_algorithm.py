@@ -124,6 +124,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._mini_batch_size = config.mini_batch_size
 
     # ---- acting -------------------------------------------------------
+    acting_modules = ("actor", )  # what rollout_step reads
+
     def predict_step(self, observation) -> AlgStep:
         return AlgStep(output=self.actor(observation).mode())
 

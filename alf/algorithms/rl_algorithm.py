@@ -1,5 +1,5 @@
 """RL algorithm bases: observation normalisation and on-policy training."""
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import gymnasium as gym
 import torch
@@ -62,25 +62,38 @@ class RLAlgorithm(Algorithm):
         raise NotImplementedError
 
     # ---- acting in another process (asynchronous collection) ---------------
+    #: Names of the child modules whose tensors `rollout_step` reads (the
+    #: observation normaliser is always added); None: all of them. It is
+    #: sent to every actor after every iteration, so leaving out critics and
+    #: target networks matters (SAC's whole state is 5x its actor's).
+    acting_modules: Optional[Tuple[str, ...]] = None
+
     def acting_state(self) -> dict:
         """What acting depends on, for `load_acting_state` in an actor
         process's copy of this algorithm: CPU copies of the parameters and
-        buffers (replay buffers and modules' ``local_buffers`` excluded) and
-        the plain ``int``/``float``/``bool`` attributes of every submodule.
+        buffers (of this module and of the children named in
+        `acting_modules`; replay buffers and modules' ``local_buffers``
+        excluded) and the plain ``int``/``float``/``bool`` attributes of
+        every submodule.
 
         A subclass whose acting depends on anything else (a Python list, a
         schedule object) must keep it in one of those forms, or override
         both methods.
         """
         tensors, scalars = {}, {}
+        wanted = (None if self.acting_modules is None else
+                  set(self.acting_modules) | {"observation_normalizer"})
         for prefix, module in _acting_modules(self):
+            scalars[prefix] = {k: v for k, v in vars(module).items()
+                               if type(v) in (int, float, bool)}
+            if wanted is not None and prefix and \
+                    prefix.split(".")[0] not in wanted:
+                continue
             local = getattr(module, "local_buffers", ())
             for name, t in (list(module.named_parameters(recurse=False)) +
                             list(module.named_buffers(recurse=False))):
                 if name not in local:
                     tensors[prefix + name] = t.detach().to("cpu", copy=True)
-            scalars[prefix] = {k: v for k, v in vars(module).items()
-                               if type(v) in (int, float, bool)}
         return {"tensors": tensors, "scalars": scalars}
 
     def load_acting_state(self, state: dict) -> None:

@@ -128,6 +128,8 @@ class SACAlgorithm(OffPolicyAlgorithm):
         return (env_action - self._action_center) / self._action_scale
 
     # ---- acting -----------------------------------------------------------
+    acting_modules = ("actor", )  # what rollout_step reads
+
     def predict_step(self, observation) -> AlgStep:
         return AlgStep(output=self._to_env(self.actor.mode(observation)))
 

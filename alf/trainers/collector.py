@@ -1,7 +1,7 @@
 """Collection: environments -> experience stored in the algorithm.
 
 Two collectors with one interface (`describe`, `start`, `collect`,
-`publish`, `close`); ``TrainerConfig.unroll_mode`` picks one:
+`publish`, `cpu_per_step`, `close`); ``TrainerConfig.unroll_mode`` picks one:
 
 * `SyncCollector` (``"sync"``, exact and reproducible): every iteration acts
   on all environments at once, waits for the slowest, and repeats
@@ -31,13 +31,12 @@ stored step carries the acting policy's ``rollout_info`` (PPO's
 behaviour log-probability, used in the ratio) and its version.
 """
 import multiprocessing as mp
-import pickle
 import queue
 import signal
 import threading
 import time
 from multiprocessing import connection
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import gin
 import gymnasium as gym
@@ -47,6 +46,7 @@ from absl import logging
 from alf import nest
 from alf.data_structures import Experience
 from alf.environments.suite_gym import BatchedEnvironment
+from alf.trainers.actor import actor_main, decode, encode
 from alf.trainers.episode_stats import EpisodeStats
 from alf.utils.errors import AlfError, ConfigError, TrainingError
 
@@ -113,6 +113,11 @@ class SyncCollector:
         """The learner finished training to ``version``."""
         self._version = version
 
+    def cpu_per_step(self) -> None:
+        """Not measured: acting is part of the learner's loop here, and
+        environments may step in subprocesses."""
+        return None
+
     def close(self) -> None:
         self._env.close()
 
@@ -135,7 +140,6 @@ class AsyncCollector:
     """
 
     def __init__(self, config):
-        from alf.trainers.actor import actor_main
         envs_per_actor = config.envs_per_actor
         if config.num_envs % envs_per_actor:
             raise ConfigError(
@@ -148,6 +152,10 @@ class AsyncCollector:
         self._unrolls: Dict[int, dict] = {}  # unroll -> actor -> message
         self._error: Optional[BaseException] = None
         self._last_collect = None
+        # Actors' CPU seconds (all of it, and in the environments' step)
+        # over ``actor_steps`` env steps, for `cpu_per_step`.
+        self.actor_cpu = self.env_cpu = 0.0
+        self.actor_steps = 0
         ctx = mp.get_context("spawn")
         self._conns, self._procs = [], []
         n = config.num_envs // envs_per_actor
@@ -234,21 +242,40 @@ class AsyncCollector:
         now = time.perf_counter()
         period, self._last_collect = now - (self._last_collect or start), now
         lag = lag.double()
+        # Where the actors' time went during this unroll (mean over actors):
+        # waiting for a newer policy (the lag bound), stepping environments,
+        # and the rest (inference, bookkeeping, sending).
+        seconds, blocked, stepping, cpu, env_cpu = (
+            torch.tensor([p[5][i] for p in parts], dtype=torch.float64)
+            for i in range(5))
+        seconds = seconds.clamp(min=1e-9)
+        self.actor_cpu += float(cpu.sum())
+        self.env_cpu += float(env_cpu.sum())
+        self.actor_steps += self._T * exp.reward.shape[1]
         return {"collect/policy_lag_mean": lag.mean(),
                 "collect/policy_lag_max": lag.max(),
                 "collect/learner_wait_fraction": torch.tensor(
-                    min(waited / max(period, 1e-9), 1.0))}
+                    min(waited / max(period, 1e-9), 1.0)),
+                "collect/actor_wait_fraction": (blocked / seconds).mean(),
+                "collect/actor_env_fraction": (stepping / seconds).mean()}
+
+    def cpu_per_step(self) -> Optional[Tuple[float, float]]:
+        """The actors' CPU ms per env step so far: (all of it, the part in
+        the environments' step); None before the first unroll."""
+        if not self.actor_steps:
+            return None
+        return (1000 * self.actor_cpu / self.actor_steps,
+                1000 * self.env_cpu / self.actor_steps)
 
     def publish(self, version: int) -> None:
         """Sends the learner's policy at ``version`` to every actor."""
-        data = pickle.dumps(("state", version, self._alg.acting_state()),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        data = encode(("state", version, self._alg.acting_state()))
         for conn in self._conns:
             self._send(conn, data)
 
     def close(self) -> None:
         """Stops the actors (killing any that do not stop in time)."""
-        stop = pickle.dumps(("stop", ))
+        stop = encode(("stop", ))
         for conn in self._conns:
             try:
                 conn.send_bytes(stop)
@@ -266,7 +293,7 @@ class AsyncCollector:
     # ---- messages -----------------------------------------------------------
     def _send(self, conn, message) -> None:
         if not isinstance(message, bytes):
-            message = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+            message = encode(message)
         try:
             conn.send_bytes(message)
         except OSError:
@@ -281,7 +308,7 @@ class AsyncCollector:
                 continue  # lets a second Ctrl-C through
             if data is None:
                 self._raise_dead(actor)
-            message = pickle.loads(data)
+            message = decode(data)
             if message[0] == "error":
                 _, user_error, name, text, tb = message
                 logging.error("actor %d failed:\n%s", actor, tb)

@@ -311,13 +311,16 @@ class Trainer:
         # The learner's CPU per env step of this rank: with ranks alike,
         # also all learners' core time per global env step.
         local_steps = (self.env_steps - self._clock[1]) / self.world_size
+        actors = self._collector.cpu_per_step()
         logging.info(
             "iter %d/%d | env steps %d/%d | %.0f steps/s | recent return "
-            "%.2f | time left %s | learner %.3f ms CPU/step", self.iteration,
+            "%.2f | time left %s | learner %.3f ms CPU/step%s", self.iteration,
             num_iters, self.env_steps, self.global_config.num_env_steps, rate,
             self._episodes.recent_return(),
             time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
-            1000 * self._learner_cpu / max(local_steps, 1))
+            1000 * self._learner_cpu / max(local_steps, 1),
+            "" if actors is None else
+            " | actors %.3f ms CPU/step (env step %.3f)" % actors)
 
     def _close(self) -> None:
         for w in self._writers.values():

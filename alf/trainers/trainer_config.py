@@ -31,11 +31,12 @@ class TrainerConfig:
         async_env: one subprocess per environment (for slow environments).
         unroll_mode: ``"sync"``: every iteration steps all environments in
             lock-step and nothing steps while the learner trains (exact,
-            reproducible). ``"async"``: a background thread steps each
-            environment group in an actor process of its own (none waits
-            for the slowest) and keeps collecting while the learner trains,
-            with a copy of the policy refreshed after every iteration; on-policy losses correct for
-            the lag with the stored behaviour log-probabilities. Pays when
+            reproducible). ``"async"``: actor processes, each with a few
+            environments and a CPU copy of the policy (refreshed after every
+            iteration), step back to back: no environment waits for the
+            slowest, and collection goes on while the learner trains.
+            On-policy losses correct for the lag with the stored behaviour
+            log-probabilities. Pays when
             environments are slow (subprocesses: MetaDrive, ``async_env``);
             not bit-reproducible. Actors act on the CPU. See
             `alf.trainers.collector`.

@@ -1,5 +1,6 @@
-"""The training CLI with asynchronous collection (actor processes): Ctrl-C,
-a killed actor and 2-process training end cleanly, leaving no process."""
+"""The training CLI with asynchronous collection (actor processes): Ctrl-C
+(then resume), a killed actor and 2-process training end cleanly, leaving no
+process."""
 import glob
 import os
 import signal
@@ -95,8 +96,25 @@ def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
         rc = run.finish()
     assert rc == 130, run.out
     assert "Traceback" not in run.out, run.out
-    assert glob.glob(str(tmp_path / "run" / "ckpt" / "ckpt-*.pt")), run.out
+    ckpts = glob.glob(str(tmp_path / "run" / "ckpt" / "ckpt-*.pt"))
+    assert ckpts, run.out
     _assert_no_process_left(run.proc.pid)
+
+    # The same command, with a budget 2 iterations further, resumes from
+    # that checkpoint (its counters and policy version) and finishes.
+    saved = torch.load(max(ckpts), weights_only=True)["counters"]
+    target = saved["env_steps"] + 64  # 2 iterations of 2 envs x 16 steps
+    resumed = _Run(_cmd(tmp_path / "run", **ASYNC,
+                        **{"TrainerConfig.num_env_steps": str(target)}))
+    rc = resumed.finish()
+    assert rc == 0, resumed.out
+    assert "resumed from" in resumed.out, resumed.out
+    final = glob.glob(str(tmp_path / "run" / "ckpt" / "ckpt-*.pt"))
+    counters = torch.load(max(final, key=os.path.getmtime),
+                          weights_only=True)["counters"]
+    assert counters["env_steps"] == target, counters
+    assert counters["iteration"] == saved["iteration"] + 2, counters
+    _assert_no_process_left(resumed.proc.pid)
 
 
 def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
