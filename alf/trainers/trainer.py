@@ -163,12 +163,16 @@ class Trainer:
             TrainingInterrupted: on Ctrl-C, after saving a checkpoint.
             TrainingError: on a non-finite loss (no checkpoint is written).
         """
-        self._build()
-        restore_handler = _install_interrupt_handler(self)
         try:
-            return self._train()
+            # Inside: a failure half-way through building (an actor or the
+            # evaluator's environment) must still stop the actors started.
+            self._build()
+            restore_handler = _install_interrupt_handler(self)
+            try:
+                return self._train()
+            finally:
+                restore_handler()
         finally:
-            restore_handler()
             self._close()
 
     def _train(self) -> Dict[str, float]:
@@ -323,7 +327,7 @@ class Trainer:
             " | actors %.3f ms CPU/step (env step %.3f)" % actors)
 
     def _close(self) -> None:
-        for w in self._writers.values():
+        for w in getattr(self, "_writers", {}).values():
             w.close()
         for env in (getattr(self, "_collector", None),
                     getattr(self, "_evaluator", None)):

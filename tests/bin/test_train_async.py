@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from test_train import _cmd, _env
+from test_train_distributed import _session_processes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -20,26 +21,16 @@ ASYNC = {"TrainerConfig.unroll_mode": '"async"',
          "TrainerConfig.eval_interval": "0"}
 
 
-def _session_processes(sid: int):
-    """PIDs of the processes in session ``sid`` (Linux /proc)."""
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out.append(int(p))
-    return out
+def _live(sid: int):
+    """PIDs of the running (not zombie) processes in session ``sid``."""
+    return [pid for pid, state in _session_processes(sid) if state != "Z"]
 
 
 def _assert_no_process_left(sid: int):
     deadline = time.time() + 15
-    while _session_processes(sid) and time.time() < deadline:
+    while _live(sid) and time.time() < deadline:
         time.sleep(0.2)
-    left = _session_processes(sid)
+    left = _live(sid)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind: {left}"

@@ -25,18 +25,27 @@ TINY = {
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("gin_file", ["ppg_metadrive.gin",
-                                      "ppg_metadrive_bev.gin"])
-def test_config_trains_a_few_iterations(gin_file, tmp_path):
+@pytest.mark.parametrize("gin_file,mode", [
+    ("ppg_metadrive.gin", None),  # the config's own (async) collection
+    ("ppg_metadrive_bev.gin", None),  # top-down rendering in actors
+    ("ppg_metadrive_bev.gin", '"sync"'),  # the synchronous path too
+])
+def test_config_trains_a_few_iterations(gin_file, mode, tmp_path):
     cmd = [sys.executable, "-m", "alf.bin.train", "--gin_file", gin_file,
            "--root_dir", str(tmp_path)]
-    for name, value in TINY.items():
+    params = dict(TINY)
+    if mode:
+        params["TrainerConfig.unroll_mode"] = mode
+    for name, value in params.items():
         cmd += ["--gin_param", f"{name}={value}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=220,
-                         env=env)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True,
+                             timeout=220, env=env)
+    except subprocess.TimeoutExpired as e:  # say where it hung
+        pytest.fail(f"timed out; output:\n{e.stdout}\n{e.stderr}")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Traceback" not in res.stderr, res.stderr
     with open(tmp_path / "eval.csv", newline="") as f:
