@@ -1,5 +1,7 @@
 """Configuration through gin: `configurable`, gin-file lookup and parsing."""
+import io
 import os
+import tokenize
 from typing import Iterable, List, Optional
 
 import gin
@@ -70,4 +72,20 @@ def parse_config(gin_files: Iterable[str],
             paths, list(gin_params or []), finalize_config=False)
     except (ValueError, KeyError, SyntaxError, NameError, TypeError) as e:
         raise ConfigError(f"bad gin configuration: {_one_line(e)}") from e
+    except tokenize.TokenError as e:
+        # gin's tokenizer gives no location: find the binding it choked on.
+        bad = [f"--gin_param {b!r}" for b in gin_params or []
+               if not _tokenizes(b)]
+        bad += [p for p in paths if not _tokenizes(open(p).read())]
+        where = bad[0] if bad else f"one of {', '.join(paths)}"
+        raise ConfigError(f"bad gin configuration: {e.args[0]} in {where}; "
+                          "a bracket or quote is not closed") from e
     return paths
+
+
+def _tokenizes(text: str) -> bool:
+    try:
+        list(tokenize.generate_tokens(io.StringIO(text).readline))
+        return True
+    except tokenize.TokenError:
+        return False

@@ -85,6 +85,17 @@ def test_typo_in_configurable_name():
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("binding", ['TrainerConfig.num_envs=(1',
+                                     'TrainerConfig.env_name="""x',
+                                     "TrainerConfig.num_envs=[1,"])
+def test_unclosed_bracket_or_quote_names_the_binding(binding):
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], ["TrainerConfig.seed=1", binding])
+    msg = str(info.value)
+    assert repr(binding) in msg and "not closed" in msg, msg
+    assert "\n" not in msg
+
+
 def test_unknown_binding_inside_a_file_names_file_and_line(tmp_path):
     f = tmp_path / "bad.gin"
     f.write_text("TrainerConfig.num_envs = 2\nTrainerConfig.num_envz = 3\n")
