@@ -84,50 +84,35 @@ def encode(message) -> bytes:
     """A message as bytes, its CPU tensors as numpy arrays: pickling a torch
     tensor costs ~20x a numpy array's (measured: 0.3-0.5 ms for a 22 KB
     policy, more than acting on one step)."""
-    return pickle.dumps(_map_tensors(message, _to_numpy),
+    return pickle.dumps(nest.map_structure(_to_numpy, message),
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def decode(data: bytes):
     """The message that `encode` turned into ``data``."""
-    return _map_tensors(pickle.loads(data), _from_numpy)
+    return nest.map_structure(_from_numpy, pickle.loads(data))
 
 
 class _Wire:
-    """A tensor in transit (a numpy array and the tensor's dtype)."""
-    __slots__ = ("array", "dtype")
+    """A tensor in transit, as a numpy array (which keeps its dtype)."""
+    __slots__ = ("array", )
 
-    def __init__(self, array, dtype):
-        self.array, self.dtype = array, dtype
+    def __init__(self, array):
+        self.array = array
 
     def __reduce__(self):
-        return _Wire, (self.array, self.dtype)
+        return _Wire, (self.array, )
 
 
 def _to_numpy(x):
     if isinstance(x, torch.Tensor) and x.device.type == "cpu" and \
-            x.dtype not in (torch.bfloat16, ) and not x.requires_grad:
-        return _Wire(x.numpy(), x.dtype)
+            x.dtype != torch.bfloat16 and not x.requires_grad:
+        return _Wire(x.numpy())
     return x
 
 
 def _from_numpy(x):
-    if isinstance(x, _Wire):
-        return torch.from_numpy(x.array).to(x.dtype)
-    return x
-
-
-def _map_tensors(obj, fn):
-    """``fn`` on every leaf of nested tuples (named ones too), lists and
-    dicts."""
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        items = [_map_tensors(v, fn) for v in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    if isinstance(obj, list):
-        return [_map_tensors(v, fn) for v in obj]
-    return fn(obj)
+    return torch.from_numpy(x.array) if isinstance(x, _Wire) else x
 
 
 def _send(conn, message) -> None:
