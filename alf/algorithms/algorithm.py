@@ -1,10 +1,34 @@
 """`Algorithm`: an `nn.Module` that owns its networks, optimizers and loss."""
+import math
+from numbers import Real
 from typing import Dict, List, Optional
 
 import torch
 from torch import nn
 
 from alf.data_structures import AlgStep, LossInfo
+from alf.utils.errors import ConfigError
+
+
+def check_learning_rate(owner: str, value) -> None:
+    """Refuses a learning rate that is not a positive, finite number.
+
+    Checked when the algorithm is built: a string or a negative value would
+    otherwise surface as a traceback from inside the optimizer, and 0 would
+    train nothing without a word.
+
+    Args:
+        owner: the configurable's name, for the message (``PPOAlgorithm``).
+        value: the learning rate given.
+
+    Raises:
+        ConfigError: naming ``owner.learning_rate``, the value and what is
+            valid.
+    """
+    if (isinstance(value, bool) or not isinstance(value, Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ConfigError(f"{owner}.learning_rate={value!r}; it must be a "
+                          "positive float, e.g. 3e-4")
 
 
 class Algorithm(nn.Module):

@@ -2,13 +2,14 @@
 2016), a target network updated by periodic copy or Polyak averaging, and
 epsilon-greedy collection with a linear schedule."""
 import copy
-from typing import Callable
+from typing import Callable, Optional
 
 import gin
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
+from alf.algorithms.algorithm import check_learning_rate
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
                                                  polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
@@ -41,7 +42,7 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         exploration_fraction: see above.
         epsilon_eval: epsilon of `predict_step` (0: greedy).
         max_grad_norm: global gradient-norm clip (None: off).
-        **kwargs: `OffPolicyAlgorithm`'s replay options.
+        replay, priority_alpha, priority_beta: see `OffPolicyAlgorithm`.
     """
 
     def __init__(self, observation_space, action_space, config,
@@ -52,14 +53,22 @@ class DQNAlgorithm(OffPolicyAlgorithm):
                  target_update_tau: float = 1.0, epsilon_start: float = 1.0,
                  epsilon_final: float = 0.05,
                  exploration_fraction: float = 0.1,
-                 epsilon_eval: float = 0.0, max_grad_norm=10.0, **kwargs):
+                 epsilon_eval: float = 0.0,
+                 max_grad_norm: Optional[float] = 10.0,
+                 replay: str = "uniform", priority_alpha: float = 0.6,
+                 priority_beta: float = 0.4):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(
                 f"DQNAlgorithm needs a Discrete action space; "
                 f"{config.env_name} has {action_space}; use SACAlgorithm for "
                 "continuous actions")
+        check_learning_rate("DQNAlgorithm", learning_rate)
+        # Explicit replay options (no **kwargs): gin then refuses a
+        # misspelled parameter when it parses the config.
         super().__init__(observation_space, action_space, config,
-                         max_grad_norm=max_grad_norm, **kwargs)
+                         replay=replay, priority_alpha=priority_alpha,
+                         priority_beta=priority_beta,
+                         max_grad_norm=max_grad_norm)
         self.q_net = q_network_ctor(observation_space, action_space)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.add_optimizer(Adam(self.q_net.parameters(), lr=learning_rate,

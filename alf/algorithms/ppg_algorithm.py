@@ -27,6 +27,7 @@ import gin
 import torch
 
 from alf import nest
+from alf.algorithms.algorithm import check_learning_rate
 from alf.algorithms.ppo_algorithm import PPOAlgorithm, PPOBatch
 from alf.data_structures import LossInfo
 from alf.networks.policy_value import DisjointPolicyValueNetwork
@@ -43,6 +44,17 @@ class AuxBatch(NamedTuple):
     old_dist_params: tuple = ()  # pi_old, as distribution parameters
 
 
+class _FromPPO:
+    """The default of `PPGAlgorithm`'s PPO parameters: PPOAlgorithm's own
+    value. Not a literal, so gin leaves it out of the operative config."""
+
+    def __repr__(self):
+        return "<PPOAlgorithm's value>"
+
+
+_PPO = _FromPPO()
+
+
 @gin.configurable
 class PPGAlgorithm(PPOAlgorithm):
     """PPO's policy phase plus PPG's auxiliary phase.
@@ -57,16 +69,45 @@ class PPGAlgorithm(PPOAlgorithm):
         clone_coef: weight of the KL term keeping the policy close to its
             pre-phase self (beta_clone).
         actor_network_ctor: must build a network with ``forward_with_aux``.
-        **kwargs: `PPOAlgorithm`'s hyperparameters.
+        value_network_ctor, learning_rate, lr_schedule, adam_eps, gamma,
+            gae_lambda, clip_ratio, clip_schedule, value_clip,
+            value_loss_coef, entropy_coef, max_grad_norm,
+            normalize_advantages, target_kl, normalize_observations,
+            reward_scale: `PPOAlgorithm`'s; one left unset here takes
+            PPOAlgorithm's value (its gin binding, e.g.
+            ``PPOAlgorithm.learning_rate``, or its default).
     """
 
     def __init__(self, observation_space, action_space, config,
                  aux_interval: int = 32, aux_epochs: int = 6,
                  aux_mini_batch_size: Optional[int] = None,
                  clone_coef: float = 1.0,
-                 actor_network_ctor=DisjointPolicyValueNetwork, **kwargs):
+                 actor_network_ctor=DisjointPolicyValueNetwork,
+                 value_network_ctor=_PPO, learning_rate=_PPO,
+                 lr_schedule=_PPO, adam_eps=_PPO, gamma=_PPO,
+                 gae_lambda=_PPO, clip_ratio=_PPO, clip_schedule=_PPO,
+                 value_clip=_PPO, value_loss_coef=_PPO, entropy_coef=_PPO,
+                 max_grad_norm=_PPO, normalize_advantages=_PPO,
+                 target_kl=_PPO, normalize_observations=_PPO,
+                 reward_scale=_PPO):
+        # PPO's parameters are listed, not taken as **kwargs, so that gin
+        # refuses a misspelled one at parse time. Only those given are
+        # passed on: the rest keep PPOAlgorithm's own gin bindings.
+        ppo_args = dict(
+            value_network_ctor=value_network_ctor,
+            learning_rate=learning_rate, lr_schedule=lr_schedule,
+            adam_eps=adam_eps, gamma=gamma, gae_lambda=gae_lambda,
+            clip_ratio=clip_ratio, clip_schedule=clip_schedule,
+            value_clip=value_clip, value_loss_coef=value_loss_coef,
+            entropy_coef=entropy_coef, max_grad_norm=max_grad_norm,
+            normalize_advantages=normalize_advantages, target_kl=target_kl,
+            normalize_observations=normalize_observations,
+            reward_scale=reward_scale)
+        ppo_args = {k: v for k, v in ppo_args.items() if v is not _PPO}
+        if "learning_rate" in ppo_args:
+            check_learning_rate("PPGAlgorithm", learning_rate)
         super().__init__(observation_space, action_space, config,
-                         actor_network_ctor=actor_network_ctor, **kwargs)
+                         actor_network_ctor=actor_network_ctor, **ppo_args)
         if not hasattr(self.actor, "forward_with_aux"):
             raise ConfigError(
                 f"PPGAlgorithm needs an actor network with an auxiliary value "

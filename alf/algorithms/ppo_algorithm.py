@@ -14,6 +14,7 @@ from typing import Callable, NamedTuple, Optional
 import gin
 import torch
 
+from alf.algorithms.algorithm import check_learning_rate
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.actor import ActorDistributionNetwork
@@ -102,6 +103,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  target_kl: Optional[float] = None,
                  normalize_observations: bool = False,
                  reward_scale: float = 1.0):
+        check_learning_rate("PPOAlgorithm", learning_rate)
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early

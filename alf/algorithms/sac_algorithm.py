@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alf.algorithms.algorithm import check_learning_rate
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
                                                  polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
@@ -84,7 +85,8 @@ class SACAlgorithm(OffPolicyAlgorithm):
         tau: Polyak coefficient of the target critics per update.
         initial_alpha: initial entropy temperature.
         target_entropy: entropy target (default ``-action_dim``).
-        **kwargs: `OffPolicyAlgorithm`'s replay options.
+        replay, priority_alpha, priority_beta, max_grad_norm: see
+            `OffPolicyAlgorithm`.
     """
 
     def __init__(self, observation_space, action_space, config,
@@ -92,14 +94,23 @@ class SACAlgorithm(OffPolicyAlgorithm):
                  critic_ctor: Callable = CriticEnsemble,
                  learning_rate: float = 3e-4, gamma: float = 0.99,
                  tau: float = 0.005, initial_alpha: float = 1.0,
-                 target_entropy: Optional[float] = None, **kwargs):
+                 target_entropy: Optional[float] = None,
+                 replay: str = "uniform", priority_alpha: float = 0.6,
+                 priority_beta: float = 0.4,
+                 max_grad_norm: Optional[float] = None):
         if not (isinstance(action_space, gym.spaces.Box)
                 and action_space.is_bounded()):
             raise ConfigError(
                 f"SACAlgorithm needs a bounded Box action space; "
                 f"{config.env_name} has {action_space}; use DQNAlgorithm for "
                 "discrete actions")
-        super().__init__(observation_space, action_space, config, **kwargs)
+        check_learning_rate("SACAlgorithm", learning_rate)
+        # Explicit replay options (no **kwargs): gin then refuses a
+        # misspelled parameter when it parses the config.
+        super().__init__(observation_space, action_space, config,
+                         replay=replay, priority_alpha=priority_alpha,
+                         priority_beta=priority_beta,
+                         max_grad_norm=max_grad_norm)
         self.actor = actor_ctor(observation_space, action_space)
         self.critics = critic_ctor(observation_space, action_space)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(

@@ -169,3 +169,51 @@ def test_device_follows_to():
     assert alg.device == torch.device("cpu")
     alg.to("meta")  # stands in for a GPU on a CPU-only machine
     assert alg.device.type == "meta"
+
+
+# ---- constructor arguments (issue 11) ----------------------------------------
+def _build(name, **kw):
+    """Builds one of alf's algorithms on a small task, with ``kw``."""
+    import gymnasium as gym
+
+    from alf.algorithms import (DQNAlgorithm, PPGAlgorithm, PPOAlgorithm,
+                                SACAlgorithm)
+    from alf.trainers.trainer_config import TrainerConfig
+    ctor = {"PPOAlgorithm": PPOAlgorithm, "PPGAlgorithm": PPGAlgorithm,
+            "SACAlgorithm": SACAlgorithm, "DQNAlgorithm": DQNAlgorithm}[name]
+    cfg = TrainerConfig(algorithm_ctor=ctor, num_envs=2, unroll_length=4,
+                        mini_batch_size=8, replay_buffer_capacity=16)
+    box = gym.spaces.Box(-1, 1, (2, ))
+    action = box if name == "SACAlgorithm" else gym.spaces.Discrete(2)
+    return ctor(box, action, cfg, **kw)
+
+
+ALGORITHMS = ["PPOAlgorithm", "PPGAlgorithm", "SACAlgorithm", "DQNAlgorithm"]
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("value", ["abc", -1.0, 0.0, 0, float("nan"),
+                                   float("inf"), None, True])
+def test_bad_learning_rate_is_refused_naming_parameter_and_value(name,
+                                                                  value):
+    from alf.utils.errors import ConfigError, one_line
+    with pytest.raises(ConfigError) as info:
+        _build(name, learning_rate=value)
+    msg = one_line(info.value)  # what the CLI prints
+    assert f"{name}.learning_rate={value!r}" in msg, msg
+    assert "positive float" in msg
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+@pytest.mark.parametrize("value", [1e-3, 2])
+def test_good_learning_rate_is_used(name, value):
+    alg = _build(name, learning_rate=value)
+    assert alg._optimizers[0].param_groups[0]["lr"] == value
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_unknown_constructor_argument_is_a_type_error(name):
+    # No **kwargs: a misspelled argument (and so a misspelled gin binding)
+    # is refused instead of being passed on silently.
+    with pytest.raises(TypeError, match="learning_rat"):
+        _build(name, learning_rat=3e-4)

@@ -116,3 +116,23 @@ def test_two_ranks_through_aux_phases_equal_one_process():
     # The auxiliary head was trained (and identically on both ranks).
     w = "actor.aux_value_head.weight"
     assert not torch.allclose(_ppg().state_dict()[w], single[w])
+
+
+def test_ppo_parameters_unset_on_ppg_keep_ppo_bindings():
+    # PPG lists PPO's parameters (so gin refuses typos) but passes on only
+    # those given: PPOAlgorithm's own bindings still apply to the rest.
+    import alf.config
+    alf.config.parse_config(["ppg_cart_pole.gin"], [
+        "PPOAlgorithm.gamma=0.5", "PPOAlgorithm.learning_rate=2e-3",
+        "PPGAlgorithm.learning_rate=7e-4"])
+    try:
+        cfg = TrainerConfig(num_envs=B, unroll_length=T,
+                            mini_batch_size=T * B)
+        alg = cfg.algorithm_ctor(observation_space=OBS_SPACE,
+                                 action_space=gym.spaces.Discrete(3),
+                                 config=cfg)
+    finally:
+        gin.clear_config()
+    assert alg._gamma == 0.5  # PPOAlgorithm's binding
+    assert alg._lambda == 0.8  # ppo_cart_pole.gin's, included by PPG's file
+    assert alg._lr == 7e-4  # PPGAlgorithm's binding wins over PPO's

@@ -1,0 +1,47 @@
+"""Bad inputs through the training CLI (issue 11): each gives one stderr line
+``alf.bin.train: error: ...`` naming the value, exit code 1, and nothing
+written under --root_dir."""
+import pytest
+
+from test_train import assert_nothing_written, assert_one_line_error, run_cli
+
+SAC_TINY = {"TrainerConfig.num_env_steps": "200",
+            "TrainerConfig.initial_collect_steps": "100",
+            "TrainerConfig.mini_batch_size": "32",
+            "TrainerConfig.num_eval_episodes": "1",
+            "SquashedGaussianActor.hidden_sizes": "(16,)",
+            "CriticEnsemble.hidden_sizes": "(16,)"}
+DQN_TINY = {"TrainerConfig.num_env_steps": "256",
+            "TrainerConfig.num_eval_episodes": "1"}
+
+
+def _refused(tmp_path, gin_file, params, *needles):
+    """Runs the CLI; asserts one line naming ``needles``, exit 1, nothing
+    written."""
+    root = tmp_path / "run"
+    res = run_cli(root, gin_file, **{k.replace(".", "__"): v
+                                     for k, v in params.items()})
+    assert res.returncode == 1, res.stderr
+    line = assert_one_line_error(res, *needles)
+    assert_nothing_written(root)
+    return line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("gin_file,params,name", [
+    ("sac_pendulum.gin", SAC_TINY, "SACAlgorithm"),
+    ("dqn_cart_pole.gin", DQN_TINY, "DQNAlgorithm"),
+    ("ppg_cart_pole.gin", {}, "PPGAlgorithm")])
+def test_misspelled_algorithm_parameter(tmp_path, gin_file, params, name):
+    params = dict(params, **{f"{name}.learning_rat": "3e-4"})
+    line = _refused(tmp_path, gin_file, params, f"'{name}'",
+                    "'learning_rat'", "learning_rate?")
+    assert not (tmp_path / "run").exists(), line  # refused at parse time
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("value", ["'abc'", "-1.0"])
+def test_bad_learning_rate(tmp_path, value):
+    _refused(tmp_path, "ppo_cart_pole.gin",
+             {"PPOAlgorithm.learning_rate": value},
+             f"PPOAlgorithm.learning_rate={value}", "positive float")
