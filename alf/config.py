@@ -1,6 +1,10 @@
 """Configuration through gin: `configurable`, gin-file lookup and parsing."""
+import difflib
+import inspect
 import io
+import logging
 import os
+import re
 import tokenize
 from typing import Iterable, List, Optional
 
@@ -56,7 +60,9 @@ def parse_config(gin_files: Iterable[str],
         The resolved paths of the gin files.
 
     Raises:
-        ConfigError: for a missing file or an unknown/invalid binding.
+        ConfigError: one line, for a missing file or include, an unknown or
+            invalid binding (named, with its file and line), a syntax error,
+            a gin ``import`` of a missing module or an undefined macro.
     """
     import alf.algorithms  # noqa: F401  (registers configurables)
     import alf.environments.suite_gym  # noqa: F401
@@ -64,14 +70,26 @@ def parse_config(gin_files: Iterable[str],
 
     paths = [find_gin_file(f) for f in gin_files]
     gin.clear_config()
-    gin.add_config_file_search_path(examples_dir())
-    for p in paths:
-        gin.add_config_file_search_path(os.path.dirname(p))
+    search = [examples_dir()] + [os.path.dirname(p) for p in paths]
+    for folder in search:
+        if folder not in _search_paths:  # gin keeps them across clears
+            _search_paths.add(folder)
+            gin.add_config_file_search_path(folder)
     try:
         gin.parse_config_files_and_bindings(
             paths, list(gin_params or []), finalize_config=False)
-    except (ValueError, KeyError, SyntaxError, NameError, TypeError) as e:
-        raise ConfigError(f"bad gin configuration: {_one_line(e)}") from e
+    except ImportError as e:  # `import no_such_module` in a file or binding
+        raise ConfigError(f"bad gin configuration: {_one_line(e)}; a gin "
+                          "`import` must name an installed Python "
+                          "module") from e
+    except OSError as e:  # an `include` gin cannot find
+        raise ConfigError(_include_error(e, search)) from e
+    except SyntaxError as e:
+        raise ConfigError(_syntax_error(e, list(gin_params or []),
+                                        paths)) from e
+    except (ValueError, KeyError, NameError, TypeError) as e:
+        raise ConfigError(f"bad gin configuration: {_one_line(e)}"
+                          f"{_parameter_hint(e)}") from e
     except tokenize.TokenError as e:
         # gin's tokenizer gives no location: find the binding it choked on.
         bad = [f"--gin_param {b!r}" for b in gin_params or []
@@ -80,7 +98,104 @@ def parse_config(gin_files: Iterable[str],
         where = bad[0] if bad else f"one of {', '.join(paths)}"
         raise ConfigError(f"bad gin configuration: {e.args[0]} in {where}; "
                           "a bracket or quote is not closed") from e
+    _check_macros()
     return paths
+
+
+_search_paths = set()  # folders given to gin.add_config_file_search_path
+
+
+def _syntax_error(err: SyntaxError, gin_params: List[str],
+                  paths: List[str]) -> str:
+    """gin's syntax error, naming the binding or file and line it is in."""
+    msg = " ".join(str(err.msg).split()).rstrip(".")
+    if err.filename is None and err.lineno:
+        # gin parses the bindings joined by newlines: find the one that
+        # holds the line.
+        lines = [b for b in gin_params for _ in b.split("\n")]
+        if err.lineno <= len(lines):
+            return (f"bad gin configuration: {msg} in --gin_param "
+                    f"{lines[err.lineno - 1]!r}")
+    if err.filename and err.lineno:
+        matches = [p for p in paths if p.endswith(os.sep + err.filename)]
+        where = matches[0] if len(matches) == 1 else err.filename
+        text = f": {err.text.strip()}" if (err.text or "").strip() else ""
+        return (f"bad gin configuration: {msg} in {where}, line "
+                f"{err.lineno}{text}")
+    return f"bad gin configuration: {_one_line(err)}"
+
+
+def _include_error(err: OSError, search: List[str]) -> str:
+    text = str(err)
+    m = re.match(r"Unable to open file: (.*?)\. Searched", text)
+    if not m:
+        return f"bad gin configuration: {_one_line(err)}"
+    where = [ln.strip() for ln in text.splitlines()[1:2]]
+    looked = ", ".join(dict.fromkeys([os.getcwd()] + search))
+    return (f"bad gin configuration: include {m.group(1)!r} not found"
+            f"{' (' + where[0] + ')' if where else ''}; looked in: {looked}")
+
+
+def _parameter_hint(err: Exception) -> str:
+    """For gin's "doesn't have a parameter named" error: the close matches
+    among the configurable's parameters, or all of them."""
+    m = re.search(r"Configurable '([^']+)' doesn't have a parameter named "
+                  r"'([^']+)'", str(err))
+    if not m:
+        return ""
+    try:
+        names = [p for p in inspect.signature(
+            gin.get_configurable(m.group(1))).parameters
+            if p not in ("self", "observation_space", "action_space",
+                         "config")]
+    except (ValueError, TypeError):  # no signature to read
+        return ""
+    close = difflib.get_close_matches(m.group(2), names, n=3)
+    if close:
+        return f"; did you mean {' or '.join(close)}?"
+    return f"; its parameters: {', '.join(names)}"
+
+
+def _check_macros() -> None:
+    """Refuses a ``%NAME`` that no ``NAME = ...`` defines.
+
+    gin checks macros only when the config is finalized (alf keeps it open
+    for later bindings), so without this an undefined one fails deep inside
+    training as ``macro() missing 1 required positional argument``.
+    """
+    config = gin.config._CONFIG  # read only; gin has no public view of it
+    macro = gin.get_configurable(gin.config.macro)
+    for (scope, selector), bindings in config.items():
+        for name, value in bindings.items():
+            for ref in gin.config.iterate_references({0: value}, to=macro):
+                if ref.config_key not in config:
+                    owner = selector.split(".")[-1]
+                    target = f"{scope}/{owner}" if scope else owner
+                    macro_name = "/".join(ref.scopes)  # %NAME is NAME/macro
+                    raise ConfigError(
+                        f"bad gin configuration: {target}.{name} uses macro "
+                        f"%{macro_name}, which is not defined; define it "
+                        f"with a line such as `{macro_name} = ...`")
+
+
+class _GinProbeFilter(logging.Filter):
+    """Drops gin's log lines about probing its search path.
+
+    For every ``include``, gin tries each search folder with each of its file
+    readers; its reader of files inside Python packages logs the attempt
+    (INFO) and, when the candidate is not a package path, "Path not found"
+    at ERROR level, even though the file is then found in the next folder.
+    A missing include is still reported (`parse_config` raises).
+    """
+
+    _PROBES = ("system_path_file_exists:%s", "Path not found: %s")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.module == "resource_reader"
+                    and record.msg in self._PROBES)
+
+
+logging.getLogger().addFilter(_GinProbeFilter())
 
 
 def _tokenizes(text: str) -> bool:

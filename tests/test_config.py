@@ -1,4 +1,5 @@
 """Tests of alf/config.py: gin-file lookup and config parsing errors."""
+import logging
 import os
 
 import gin
@@ -128,3 +129,78 @@ def test_parse_config_clears_earlier_bindings():
     parse_config([EXAMPLE], ["TrainerConfig.num_envs=3"])
     parse_config([EXAMPLE])
     assert gin.query_parameter("TrainerConfig.num_envs") == 8
+
+
+# ---- every parse error is one line naming where it is (issue 11) ------------
+def test_import_of_missing_module_in_a_file_names_file_and_line(tmp_path):
+    f = tmp_path / "imports.gin"
+    f.write_text(f"include '{EXAMPLE}'\nimport no_such_module_x\n")
+    with pytest.raises(ConfigError) as info:
+        parse_config([str(f)])
+    msg = str(info.value)
+    assert "no_such_module_x" in msg and str(f) in msg and "line 2" in msg
+    assert "\n" not in msg
+
+
+def test_import_of_missing_module_in_a_binding():
+    with pytest.raises(ConfigError, match="no_such_module_y") as info:
+        parse_config([EXAMPLE], ["import no_such_module_y"])
+    assert "\n" not in str(info.value)
+
+
+def test_missing_include_names_it_the_file_and_the_folders(tmp_path):
+    f = tmp_path / "top.gin"
+    f.write_text("include 'no_such_include.gin'\n")
+    with pytest.raises(ConfigError) as info:
+        parse_config([str(f)])
+    msg = str(info.value)
+    assert "'no_such_include.gin' not found" in msg and str(f) in msg
+    assert examples_dir() in msg and str(tmp_path) in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("bad", ["TrainerConfig.num_envs",
+                                 "TrainerConfig.num_envs=3 4",
+                                 "TrainerConfig..num_envs=3",
+                                 "TrainerConfig.num_envs=lambda: 3"])
+def test_syntax_error_names_the_binding_among_several(bad):
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], ["TrainerConfig.seed=1", bad,
+                                 "TrainerConfig.num_envs=2"])
+    msg = str(info.value)
+    assert f"--gin_param {bad!r}" in msg, msg
+    assert "\n" not in msg
+
+
+def test_syntax_error_in_a_file_names_file_line_and_text(tmp_path):
+    f = tmp_path / "bad_line.gin"
+    f.write_text("TrainerConfig.seed = 1\nTrainerConfig.num_envs 3\n")
+    with pytest.raises(ConfigError) as info:
+        parse_config([str(f)])
+    msg = str(info.value)
+    assert f"{f}, line 2: TrainerConfig.num_envs 3" in msg, msg
+
+
+def test_undefined_macro_names_binding_and_macro():
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], ["TrainerConfig.num_envs=%NUM_ENVS"])
+    msg = str(info.value)
+    assert "TrainerConfig.num_envs" in msg and "%NUM_ENVS" in msg, msg
+    parse_config([EXAMPLE], ["NUM_ENVS=3", "TrainerConfig.num_envs=%NUM_ENVS"])
+    assert gin.query_parameter("%NUM_ENVS") == 3
+
+
+def test_unknown_parameter_suggests_close_names():
+    with pytest.raises(ConfigError, match="did you mean learning_rate"):
+        parse_config([EXAMPLE], ["PPOAlgorithm.learning_rat=1e-3"])
+
+
+def test_include_found_on_the_search_path_logs_no_error(caplog):
+    caplog.set_level(logging.INFO)
+    parse_config(["ppg_cart_pole.gin"])  # include 'ppo_cart_pole.gin'
+    assert gin.query_parameter("TrainerConfig.unroll_length") == 32
+    logged = [r.getMessage() for r in caplog.records]
+    assert not [m for m in logged if "Path not found" in m
+                or "system_path_file_exists" in m], logged
+    logging.getLogger("other").error("Path not found: elsewhere")
+    assert "Path not found: elsewhere" in caplog.text  # others still log

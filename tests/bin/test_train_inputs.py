@@ -45,3 +45,28 @@ def test_bad_learning_rate(tmp_path, value):
     _refused(tmp_path, "ppo_cart_pole.gin",
              {"PPOAlgorithm.learning_rate": value},
              f"PPOAlgorithm.learning_rate={value}", "positive float")
+
+
+@pytest.mark.timeout(120)
+def test_gin_import_of_missing_module(tmp_path):
+    gin_file = tmp_path / "imports.gin"
+    gin_file.write_text("include 'ppo_cart_pole.gin'\nimport no_such_module\n")
+    _refused(tmp_path, gin_file, {}, "no_such_module", str(gin_file),
+             "line 2")
+
+
+@pytest.mark.timeout(120)
+def test_undefined_gin_macro(tmp_path):
+    _refused(tmp_path, "ppo_cart_pole.gin",
+             {"TrainerConfig.num_envs": "%NUM_ENVS"}, "%NUM_ENVS",
+             "TrainerConfig.num_envs")
+
+
+@pytest.mark.timeout(120)
+def test_run_with_gin_include_logs_no_error(tmp_path):
+    res = run_cli(tmp_path / "run", "ppg_cart_pole.gin",
+                  TrainerConfig__num_env_steps="64")
+    assert res.returncode == 0, res.stderr
+    assert "Path not found" not in res.stderr, res.stderr
+    assert not [ln for ln in res.stderr.splitlines()
+                if ln.startswith("E")], res.stderr
