@@ -8,12 +8,14 @@ default next-step mode), and a time-limit truncation can bootstrap from the
 value of the observation that really ended the episode.
 """
 import difflib
+import inspect
 from typing import Dict, Optional
 
 import gin
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf import nest
@@ -32,6 +34,46 @@ def check_env_id(env_name: str) -> None:
     hint = f"did you mean one of {close}?" if close else (
         "see gymnasium.pprint_registry() for the registered ids")
     raise AlfError(f"unknown environment id {env_name!r}; {hint}")
+
+
+def _check_env_args(spec, max_episode_steps, env_kwargs) -> None:
+    """Refuses arguments ``gymnasium.make`` would fail on deep inside the
+    environment's constructor (or, for a time limit below 1, in its
+    wrapper), naming the value and what is valid.
+
+    Raises:
+        AlfError: naming ``load.max_episode_steps`` or ``load.env_kwargs``.
+    """
+    if max_episode_steps is not None and (
+            isinstance(max_episode_steps, bool)
+            or not isinstance(max_episode_steps, int) or max_episode_steps < 1):
+        raise AlfError(f"load.max_episode_steps={max_episode_steps!r}; it "
+                       "must be a positive integer, or None for the "
+                       f"registered limit of {spec.id} "
+                       f"({spec.max_episode_steps})")
+    if env_kwargs is None:
+        return
+    if not isinstance(env_kwargs, dict) or not all(
+            isinstance(k, str) for k in env_kwargs):
+        raise AlfError(f"load.env_kwargs={env_kwargs!r}; it must be a dict "
+                       "of keyword arguments for the environment, e.g. "
+                       "{'render_mode': 'rgb_array'}")
+    creator = spec.entry_point
+    try:
+        if isinstance(creator, str):
+            creator = load_env_creator(creator)
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError, ImportError, AttributeError):
+        return  # gymnasium.make will say what is wrong with the entry point
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return  # it takes any keyword
+    names = [p.name for p in params
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in env_kwargs if k not in names]
+    if unknown:
+        raise AlfError(f"load.env_kwargs={env_kwargs!r}: {spec.id} takes no "
+                       f"argument {', '.join(map(repr, unknown))}; its "
+                       f"arguments: {', '.join(names) or 'none'}")
 
 
 def _to_tensor(x: np.ndarray) -> torch.Tensor:
@@ -169,9 +211,11 @@ def load(env_name: str,
         clip_action: clip continuous actions to the action space's bounds.
 
     Raises:
-        AlfError: if ``env_name`` is not a registered environment id.
+        AlfError: if ``env_name`` is not a registered environment id, or
+            for a ``max_episode_steps`` or ``env_kwargs`` it cannot take.
     """
     check_env_id(env_name)
+    _check_env_args(gym.spec(env_name), max_episode_steps, env_kwargs)
     # The spec, not the id: spawned workers do not see environments that
     # were registered at run time (by a test, or a user's module).
     env_fns = [EnvFn(gym.spec(env_name), max_episode_steps, env_kwargs or {},

@@ -70,3 +70,15 @@ def test_run_with_gin_include_logs_no_error(tmp_path):
     assert "Path not found" not in res.stderr, res.stderr
     assert not [ln for ln in res.stderr.splitlines()
                 if ln.startswith("E")], res.stderr
+
+
+@pytest.mark.timeout(120)
+def test_env_kwarg_gymnasium_rejects(tmp_path):
+    _refused(tmp_path, "ppo_cart_pole.gin", {"load.env_kwargs": "{'foo': 1}"},
+             "load.env_kwargs={'foo': 1}", "render_mode")
+
+
+@pytest.mark.timeout(120)
+def test_negative_max_episode_steps(tmp_path):
+    _refused(tmp_path, "ppo_cart_pole.gin", {"load.max_episode_steps": "-5"},
+             "load.max_episode_steps=-5", "positive integer")

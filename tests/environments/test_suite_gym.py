@@ -224,6 +224,33 @@ def test_unknown_env_id_raises_alf_error():
         suite_gym.load("NoSuchEnvAtAll-v0")
 
 
+@pytest.mark.parametrize("steps", [-5, 0, 2.5, True, "10"])
+def test_bad_max_episode_steps_is_refused(steps):
+    with pytest.raises(AlfError) as info:
+        suite_gym.load("CartPole-v1", max_episode_steps=steps)
+    msg = str(info.value).splitlines()[0]
+    assert f"load.max_episode_steps={steps!r}" in msg, msg
+    assert "positive integer" in msg and "(500)" in msg
+
+
+def test_env_kwarg_the_environment_does_not_take_is_refused():
+    with pytest.raises(AlfError) as info:
+        suite_gym.load("CartPole-v1", env_kwargs={"foo": 1})
+    msg = str(info.value).splitlines()[0]
+    assert "load.env_kwargs={'foo': 1}" in msg and "'foo'" in msg, msg
+    assert "sutton_barto_reward, render_mode" in msg  # what is valid
+    with pytest.raises(AlfError, match="must be a dict"):
+        suite_gym.load("CartPole-v1", env_kwargs=[("foo", 1)])
+
+
+def test_env_kwargs_the_environment_takes_are_passed(envs):
+    env = envs("CartPole-v1", env_kwargs={"sutton_barto_reward": True},
+               max_episode_steps=3)
+    env.reset(seed=0)
+    ts = env.step(torch.zeros(1, dtype=torch.int64))
+    assert ts.reward.item() == 0.0  # Sutton and Barto: 0 while upright
+
+
 def test_seed_gives_reproducible_first_observations(envs):
     """load(seed=s) gives the same first observations; other seeds differ."""
     a = envs(MIXED_ID, num_envs=2, seed=5).reset().observation
