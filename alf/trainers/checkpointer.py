@@ -57,15 +57,20 @@ class Checkpointer:
         return path
 
     @staticmethod
-    def load(path: str) -> Dict[str, Any]:
+    def load(path: str, layout: Optional[Dict[str, Any]] = None
+             ) -> Dict[str, Any]:
         """Reads a checkpoint.
 
+        Args:
+            path: the checkpoint file.
+            layout: what the checkpoint must hold (see `check_layout`).
+
         Raises:
-            CheckpointError: if the file cannot be read; the file is left
-                untouched.
+            CheckpointError: if the file cannot be read or does not have
+                ``layout``; the file is left untouched.
         """
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - any failure means unusable
             raise CheckpointError(
                 f"checkpoint {path} is unreadable ({type(e).__name__}: not a "
@@ -73,3 +78,61 @@ class Checkpointer:
                 "Python objects); refusing to resume. Move it out of "
                 f"{os.path.dirname(path)} to resume from an older one, or "
                 "use another --root_dir") from e
+        problem = check_layout(state, layout) if layout else None
+        if problem:
+            raise CheckpointError(
+                f"checkpoint {path} is not a checkpoint of this trainer "
+                f"({problem}); refusing to resume. Move it out of "
+                f"{os.path.dirname(path)} to resume from an older one, or "
+                "use another --root_dir")
+        return state
+
+
+def check_layout(state: Any, layout: Dict[str, Any],
+                 prefix: str = "") -> Optional[str]:
+    """What is wrong with ``state``'s structure, or None.
+
+    Args:
+        state: what a checkpoint file held.
+        layout: key -> the type its value must have, or a nested layout for
+            a dict value.
+        prefix: the path of ``state`` in the checkpoint, for the message.
+    """
+    if not isinstance(state, dict):
+        where = repr(prefix.rstrip(".")) if prefix else "it"
+        return (f"{where} is a {type(state).__name__}, not a dict with "
+                f"{', '.join(map(repr, layout))}")
+    for key, expected in layout.items():
+        name = prefix + key
+        if key not in state:
+            return (f"no {name!r} in it; it has "
+                    f"{', '.join(map(repr, state)) or 'nothing'}")
+        if isinstance(expected, dict):
+            problem = check_layout(state[key], expected, name + ".")
+            if problem:
+                return problem
+        elif not isinstance(state[key], expected) or (
+                expected is int and isinstance(state[key], bool)):
+            return (f"{name!r} is a {type(state[key]).__name__}, not a "
+                    f"{expected.__name__}")
+    return None
+
+
+def describe_mismatch(checkpoint: Dict[str, torch.Tensor],
+                      current: Dict[str, torch.Tensor]) -> Optional[str]:
+    """How a checkpoint's state dict differs from the model's, in a line:
+    the first difference and how many others there are; None if the names
+    and shapes agree."""
+    problems = [
+        f"size mismatch for {k}: checkpoint {list(v.shape)}, this config "
+        f"{list(current[k].shape)}" for k, v in checkpoint.items()
+        if k in current and isinstance(v, torch.Tensor)
+        and isinstance(current[k], torch.Tensor) and v.shape != current[k].shape]
+    problems += [f"{k} is missing from the checkpoint"
+                 for k in current if k not in checkpoint]
+    problems += [f"{k} is in the checkpoint but not in this config"
+                 for k in checkpoint if k not in current]
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return problems[0] + more

@@ -14,15 +14,30 @@ import gin
 import torch
 from absl import logging
 
-from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.checkpointer import Checkpointer, describe_mismatch
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import Evaluator, append_eval_csv
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
-from alf.utils.errors import AlfError, TrainingError
+from alf.utils.errors import AlfError, CheckpointError, TrainingError
 
 _SEED_STRIDE = 10007  # env seeds of a resumed run differ from the first run's
+
+
+# What `Trainer._state` writes, checked before a checkpoint is used.
+_CHECKPOINT_LAYOUT = {
+    "algorithm": dict, "optimizers": list,
+    "counters": {"iteration": int, "env_steps": int, "episodes": int},
+    "rng": {"torch": torch.Tensor}}
+
+
+def _first_detail(error: Exception) -> str:
+    """The first informative line of a load_state_dict error."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else
+                                              type(error).__name__)
+    return detail[:300]
 
 
 class TrainingInterrupted(AlfError):
@@ -125,7 +140,8 @@ class Trainer:
         if self.is_chief:
             path = self._checkpointer.latest()
             try:
-                state = Checkpointer.load(path) if path else None
+                state = (Checkpointer.load(path, _CHECKPOINT_LAYOUT) if path
+                         else None)
             except AlfError as e:
                 error = e
         path, state, error = distributed.broadcast_object((path, state, error))
@@ -138,10 +154,14 @@ class Trainer:
             self.algorithm.load_optimizer_state_dict(state["optimizers"])
             counters = state["counters"]
         except (KeyError, RuntimeError, ValueError) as e:
-            raise AlfError(
-                f"checkpoint {path} does not fit this config "
-                f"({str(e).splitlines()[0][:200]}); use another --root_dir "
-                "or the config it was trained with") from e
+            # torch's message lists every difference on its own line; name
+            # the first one (the tensor and both shapes) instead.
+            why = (describe_mismatch(state["algorithm"],
+                                     self.algorithm.state_dict())
+                   or _first_detail(e))
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this config ({why}); use "
+                "another --root_dir or the config it was trained with") from e
         self.iteration = counters["iteration"]
         self.env_steps = self.env_steps_at_start = counters["env_steps"]
         self._episodes.total_episodes = counters["episodes"]

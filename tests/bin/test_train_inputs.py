@@ -82,3 +82,29 @@ def test_env_kwarg_gymnasium_rejects(tmp_path):
 def test_negative_max_episode_steps(tmp_path):
     _refused(tmp_path, "ppo_cart_pole.gin", {"load.max_episode_steps": "-5"},
              "load.max_episode_steps=-5", "positive integer")
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_with_wrong_structure(tmp_path):
+    import torch
+    root = tmp_path / "run"
+    (root / "ckpt").mkdir(parents=True)
+    torch.save({"a": 1}, root / "ckpt" / "ckpt-100.pt")
+    res = run_cli(root)
+    assert res.returncode == 1, res.stderr
+    assert_one_line_error(res, "ckpt-100.pt", "no 'algorithm' in it")
+    assert sorted(p.name for p in root.iterdir()) == ["ckpt"]
+    assert [p.name for p in (root / "ckpt").iterdir()] == ["ckpt-100.pt"]
+
+
+@pytest.mark.timeout(120)
+def test_resume_with_other_network_shapes_names_the_tensor(tmp_path):
+    root = tmp_path / "run"
+    assert run_cli(root).returncode == 0
+    before = sorted(str(p) for p in root.rglob("*"))
+    res = run_cli(root, TrainerConfig__num_env_steps="1024",
+                  ActorDistributionNetwork__hidden_sizes="(32, 32)")
+    assert res.returncode == 1, res.stderr
+    assert_one_line_error(res, "size mismatch for actor.",
+                          "checkpoint [64, 4], this config [32, 4]")
+    assert sorted(str(p) for p in root.rglob("*")) == before

@@ -122,3 +122,48 @@ def test_refusal_message_is_plain_and_gives_no_unsafe_advice(tmp_path):
     msg = str(info.value)
     assert "\x1b" not in msg
     assert "weights_only" not in msg and "can still be loaded" not in msg
+
+
+# ---- structure (issue 11) ----------------------------------------------------
+LAYOUT = {"algorithm": dict, "counters": {"env_steps": int}}
+
+
+@pytest.mark.parametrize("content,problem", [
+    ({"a": 1}, "no 'algorithm' in it; it has 'a'"),
+    ([1, 2], "it is a list"),
+    (torch.zeros(3), "it is a Tensor"),
+    ({"algorithm": 5, "counters": {"env_steps": 1}},
+     "'algorithm' is a int, not a dict"),
+    ({"algorithm": {}, "counters": {}}, "no 'counters.env_steps' in it"),
+    ({"algorithm": {}, "counters": {"env_steps": "7"}},
+     "'counters.env_steps' is a str, not a int"),
+    ({"algorithm": {}, "counters": [1]}, "'counters' is a list")])
+def test_load_refuses_wrong_structure_in_one_line(tmp_path, content,
+                                                  problem):
+    path = tmp_path / "ckpt-100.pt"
+    torch.save(content, path)  # weights_only can load all of these
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError) as info:
+        Checkpointer.load(str(path), LAYOUT)
+    msg = str(info.value)
+    assert problem in msg and str(path) in msg and "\n" not in msg, msg
+    assert path.read_bytes() == before
+
+
+def test_load_accepts_the_layout(tmp_path):
+    path = tmp_path / "ckpt-1.pt"
+    torch.save({"algorithm": {"w": torch.ones(1)}, "counters":
+                {"env_steps": 3}, "extra": 1}, path)
+    assert Checkpointer.load(str(path), LAYOUT)["counters"]["env_steps"] == 3
+
+
+def test_describe_mismatch_names_tensor_and_shapes():
+    from alf.trainers.checkpointer import describe_mismatch
+    ckpt = {"a.weight": torch.zeros(64, 4), "b": torch.zeros(2),
+            "old": torch.zeros(1)}
+    now = {"a.weight": torch.zeros(32, 4), "b": torch.zeros(2),
+           "new": torch.zeros(1)}
+    assert describe_mismatch(ckpt, now) == (
+        "size mismatch for a.weight: checkpoint [64, 4], this config "
+        "[32, 4] (and 2 more)")
+    assert describe_mismatch(now, now) is None

@@ -133,6 +133,30 @@ def test_checkpoint_from_other_architecture_is_refused(tmp_path):
     assert ckpt_steps(root) == [4 * SPI]
 
 
+def test_resume_with_other_network_shapes_names_the_tensor(tmp_path):
+    root = str(tmp_path)
+    Trainer(root, config=tiny_config()).train()
+    gin.bind_parameter("ActorDistributionNetwork.hidden_sizes", (32, 32))
+    with pytest.raises(AlfError) as info:
+        Trainer(root, config=tiny_config(num_env_steps=8 * SPI)).train()
+    msg = str(info.value)
+    assert "size mismatch for actor." in msg, msg
+    assert "checkpoint [64, " in msg and "this config [32, " in msg, msg
+    assert "\n" not in msg
+    assert ckpt_steps(root) == [4 * SPI]
+
+
+@pytest.mark.parametrize("content", [{"a": 1}, [1, 2], {
+    "algorithm": {}, "optimizers": [], "counters": {"iteration": 1},
+    "rng": {}}])
+def test_checkpoint_with_wrong_structure_is_refused(tmp_path, content):
+    os.makedirs(tmp_path / "ckpt")
+    torch.save(content, tmp_path / "ckpt" / "ckpt-100.pt")
+    with pytest.raises(AlfError, match="not a checkpoint of this trainer"):
+        Trainer(str(tmp_path), config=tiny_config()).train()
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing written
+
+
 # ---- NaN loss -----------------------------------------------------------------
 NAN_ENV_ID = "AlfTestNanReward-v0"
 NAN_AFTER = 40  # steps of one environment; iteration 3 covers steps 33..48
