@@ -1,7 +1,10 @@
 """Atomic, code-free checkpoints under ``ROOT_DIR/ckpt/``."""
+import errno
 import glob
+import io
 import os
 import re
+import shutil
 from typing import Any, Dict, Optional
 
 import torch
@@ -42,15 +45,33 @@ class Checkpointer:
         return paths[-1] if paths else None
 
     def save(self, state: Dict[str, Any], env_steps: int) -> str:
-        """Writes ``state`` atomically as ``ckpt-<env_steps>.pt``."""
-        os.makedirs(self.ckpt_dir, exist_ok=True)
+        """Writes ``state`` atomically as ``ckpt-<env_steps>.pt``.
+
+        Raises:
+            CheckpointError: if the file cannot be written (a full disk, a
+                quota, an I/O error), naming it and the bytes free; the
+                temporary file is removed and earlier checkpoints are left
+                as they were.
+        """
         path = os.path.join(self.ckpt_dir, f"ckpt-{env_steps}.pt")
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # Serialised in memory first: torch's writer turns a failed write
+        # into a RuntimeError without errno, and the size is then known.
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getbuffer()
+        try:
+            os.makedirs(self.ckpt_dir, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as e:  # noqa: BLE001 - Ctrl-C mid-write too
+            _remove_quietly(tmp)
+            if isinstance(e, OSError):
+                raise CheckpointError(_write_failure(path, len(data), e)) from e
+            raise
         if self.max_to_keep:
             for old in self._all()[:-self.max_to_keep]:
                 os.remove(old)
@@ -86,6 +107,27 @@ class Checkpointer:
                 f"{os.path.dirname(path)} to resume from an older one, or "
                 "use another --root_dir")
         return state
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass  # never written, or the disk is gone: nothing more to do
+
+
+def _write_failure(path: str, size: int, error: OSError) -> str:
+    """The one-line message of a checkpoint write that failed."""
+    try:
+        free = f"{shutil.disk_usage(os.path.dirname(path)).free} bytes free"
+    except OSError:
+        free = "free space unknown"
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    what = "the disk is full" if full else "the write failed"
+    return (f"cannot write checkpoint {path}: {what} ({error.strerror or error}"
+            f"; it needs {size} bytes, {free}); nothing was saved and earlier "
+            "checkpoints are untouched; free some space (or use another "
+            "--root_dir) and run the same command to resume")
 
 
 def check_layout(state: Any, layout: Dict[str, Any],

@@ -1,9 +1,12 @@
 """Bad inputs through the training CLI (issue 11): each gives one stderr line
 ``alf.bin.train: error: ...`` naming the value, exit code 1, and nothing
 written under --root_dir."""
+import re
+
 import pytest
 
-from test_train import assert_nothing_written, assert_one_line_error, run_cli
+from test_train import (PREFIX, assert_nothing_written, assert_one_line_error,
+                        run_cli)
 
 SAC_TINY = {"TrainerConfig.num_env_steps": "200",
             "TrainerConfig.initial_collect_steps": "100",
@@ -13,6 +16,21 @@ SAC_TINY = {"TrainerConfig.num_env_steps": "200",
             "CriticEnsemble.hidden_sizes": "(16,)"}
 DQN_TINY = {"TrainerConfig.num_env_steps": "256",
             "TrainerConfig.num_eval_episodes": "1"}
+
+
+def assert_error_line(res, *needles):
+    """For a run that failed after training started (absl's progress lines
+    on stderr before it): exit 1, no traceback, and one line besides the
+    log lines, the error, naming ``needles``."""
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stdout + res.stderr, res.stderr
+    lines = [ln for ln in res.stderr.strip().splitlines()
+             if not re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d", ln)]
+    assert len(lines) == 1, f"expected one error line, got:\n{res.stderr}"
+    assert lines[0].startswith(PREFIX), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
 
 
 def _refused(tmp_path, gin_file, params, *needles):
@@ -108,3 +126,45 @@ def test_resume_with_other_network_shapes_names_the_tensor(tmp_path):
     assert_one_line_error(res, "size mismatch for actor.",
                           "checkpoint [64, 4], this config [32, 4]")
     assert sorted(str(p) for p in root.rglob("*")) == before
+
+
+def _run_on_full_disk(tmp_path, root, room, **params):
+    """Runs the CLI with checkpoint writes failing after ``room`` bytes
+    (tests/bin/full_disk.py, imported by the gin file)."""
+    import os
+    import subprocess
+
+    from test_train import _cmd, _env
+    gin_file = tmp_path / "full_disk.gin"
+    gin_file.write_text("include 'ppo_cart_pole.gin'\nimport full_disk\n")
+    env = _env()
+    env["ALF_TEST_DISK_ROOM"] = str(room)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.abspath(__file__)),
+         env.get("PYTHONPATH", "")])
+    params = {k.replace("__", "."): v for k, v in params.items()}
+    return subprocess.run(_cmd(root, gin_file, **params), capture_output=True,
+                          text=True, env=env, timeout=110)
+
+
+@pytest.mark.timeout(120)
+def test_disk_full_at_first_checkpoint(tmp_path):
+    root = tmp_path / "run"
+    res = _run_on_full_disk(tmp_path, root, 4096)
+    assert_error_line(res, "cannot write checkpoint",
+                          str(root / "ckpt" / "ckpt-512.pt"),
+                          "the disk is full", "bytes free")
+    assert list((root / "ckpt").iterdir()) == []  # no .tmp left
+
+
+@pytest.mark.timeout(120)
+def test_disk_full_on_resume_leaves_older_checkpoint_untouched(tmp_path):
+    root = tmp_path / "run"
+    assert run_cli(root).returncode == 0
+    old = root / "ckpt" / "ckpt-512.pt"
+    before = old.read_bytes()
+    res = _run_on_full_disk(tmp_path, root, 0,
+                            TrainerConfig__num_env_steps="1024")
+    assert_error_line(res, "ckpt-1024.pt", "the disk is full")
+    assert [p.name for p in (root / "ckpt").iterdir()] == ["ckpt-512.pt"]
+    assert old.read_bytes() == before

@@ -1,4 +1,5 @@
 """Tests of alf/trainers/checkpointer.py."""
+import errno
 import os
 
 import pytest
@@ -167,3 +168,50 @@ def test_describe_mismatch_names_tensor_and_shapes():
         "size mismatch for a.weight: checkpoint [64, 4], this config "
         "[32, 4] (and 2 more)")
     assert describe_mismatch(now, now) is None
+
+
+# ---- a write that fails (issue 11) -------------------------------------------
+def _fill_disk_after(monkeypatch, room):
+    import alf.trainers.checkpointer as module
+    from bin.full_disk import FullDisk  # tests/bin/full_disk.py
+    monkeypatch.setattr(module, "open",
+                        lambda p, m: FullDisk(p, m, room), raising=False)
+
+
+@pytest.mark.parametrize("room", [0, 100])
+def test_full_disk_removes_tmp_and_says_so_in_one_line(tmp_path, monkeypatch,
+                                                       room):
+    ckpt = Checkpointer(str(tmp_path / "ckpt"))
+    first = ckpt.save(_state(1), 1)
+    before = open(first, "rb").read()
+    _fill_disk_after(monkeypatch, room)
+    with pytest.raises(CheckpointError) as info:
+        ckpt.save(_state(2), 2)
+    msg = str(info.value)
+    path = str(tmp_path / "ckpt" / "ckpt-2.pt")
+    assert f"cannot write checkpoint {path}: the disk is full" in msg, msg
+    assert "bytes free" in msg and "needs" in msg and "\n" not in msg
+    assert _names(tmp_path / "ckpt") == ["ckpt-1.pt"]  # no .tmp left
+    assert open(first, "rb").read() == before
+    assert ckpt.latest() == first
+
+
+def test_other_write_errors_and_interrupts_also_remove_tmp(tmp_path,
+                                                          monkeypatch):
+    ckpt = Checkpointer(str(tmp_path))
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(CheckpointError, match="the write failed"):
+        ckpt.save(_state(1), 1)
+    assert _names(tmp_path) == []
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save(_state(1), 1)
+    assert _names(tmp_path) == []
