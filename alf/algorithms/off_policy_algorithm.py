@@ -18,17 +18,22 @@ Replay modes (``replay``):
   global ``mini_batch_size`` drawn from the union of all ranks' buffers
   (`PrioritizedReplayBuffer`).
 """
+import os
 from typing import Dict, Optional
 
 import gymnasium as gym
+import numpy as np
 import torch
 
+from alf import nest
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
 from alf.replay_buffers.prioritized import PrioritizedBatch
+from alf.replay_buffers.sum_tree import SumTree
 from alf.utils import distributed
 from alf.utils.errors import ConfigError, TrainingError
+from alf.utils.memory import check_allocation
 
 REPLAY_MODES = ("uniform", "prioritized", "prioritized_global")
 
@@ -71,6 +76,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
                     f"process) is more than the replay buffer holds ({held} "
                     f"transitions); raise replay_buffer_capacity or lower "
                     f"{name}")
+        self._check_replay_memory(config, steps, replay)
         self._replay = replay
         if replay == "uniform":
             self.replay_buffer = ReplayBuffer(steps, config.num_envs)
@@ -85,6 +91,38 @@ class OffPolicyAlgorithm(RLAlgorithm):
         self._num_updates = config.num_updates_per_train_iter
         self._progress = 0.0
         self._num_stored = 0  # transitions stored (see rollout_step)
+
+    def _check_replay_memory(self, config, steps: int, replay: str) -> None:
+        """Refuses a replay capacity the machine has no memory for, before
+        anything is allocated (and before the trainer writes any file).
+
+        The storage is made on the first `store`; its size comes from one
+        transition like those the collector stores, built from the spaces.
+        Every process on this machine keeps its own buffer.
+        """
+        buffer = ReplayBuffer(steps, config.num_envs)
+        nbytes = buffer.storage_bytes(self.example_experience(
+            config.num_envs))
+        if replay != "uniform":
+            nbytes += SumTree.storage_bytes(steps * config.num_envs)
+        per_item = nbytes / (steps * config.num_envs)
+        world = distributed.get_world_size()
+        check_allocation(
+            nbytes, config.resolve_device(),
+            f"TrainerConfig.replay_buffer_capacity="
+            f"{config.replay_buffer_capacity * world} "
+            f"({per_item:.0f} bytes per transition)",
+            lambda room: "lower replay_buffer_capacity (at most about "
+            f"{int(room // per_item) * world} transitions fit)",
+            copies=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+    def example_experience(self, n: int) -> Experience:
+        """Zeros shaped and typed like ``n`` stored transitions."""
+        obs = space_zeros(self.observation_space, n)
+        return Experience(obs, space_zeros(self.action_space, n),
+                          torch.zeros(n), torch.zeros(n, dtype=torch.bool),
+                          torch.zeros(n, dtype=torch.bool), obs,
+                          policy_version=torch.zeros(n, dtype=torch.int64))
 
     # ---- acting -----------------------------------------------------------
     def rollout_step(self, observation) -> AlgStep:
@@ -170,6 +208,17 @@ class OffPolicyAlgorithm(RLAlgorithm):
 
     def after_update(self) -> None:
         """Runs after every optimizer step (target network updates)."""
+
+
+def space_zeros(space: gym.Space, n: int):
+    """``n`` zero elements of ``space`` as the environments give them:
+    tensors [n, ...] (nested for Dict and Tuple spaces), float64 as
+    float32."""
+    def to_tensor(x: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(x)
+        return t.float() if t.dtype == torch.float64 else t
+    return nest.map_structure(
+        to_tensor, gym.vector.utils.create_empty_array(space, n, fn=np.zeros))
 
 
 def weighted_sum(per_item: torch.Tensor, weights: Optional[torch.Tensor],

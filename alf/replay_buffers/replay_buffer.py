@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from alf import nest
+from alf.utils.memory import check_allocation
 
 
 class ReplayBuffer(nn.Module):
@@ -45,6 +46,12 @@ class ReplayBuffer(nn.Module):
                              persistent=include_in_checkpoint)
         self._added = 0  # python mirror of _num_added: no .item() per step
 
+    def storage_bytes(self, batch) -> int:
+        """Bytes of the storage for time steps like ``batch`` (a nest of
+        [B, ...]): what the first `add_batch` of it allocates."""
+        return self.capacity * sum(leaf.numel() * leaf.element_size()
+                                   for leaf in nest.flatten(batch))
+
     def _build(self, batch) -> None:
         leaves = nest.flatten(batch)
         # Check every leaf before registering anything: a rejected first
@@ -54,6 +61,10 @@ class ReplayBuffer(nn.Module):
                 raise ValueError(
                     f"add_batch: leaf {i} has shape {tuple(leaf.shape)}; its "
                     f"first dim must be batch_size={self.batch_size}")
+        check_allocation(
+            self.storage_bytes(batch), self._storage_device(),
+            f"a replay buffer of {self.capacity} steps x {self.batch_size} "
+            "streams", "lower its capacity")
         # The first add usually happens during a rollout under
         # torch.inference_mode(); storage made there could never take part
         # in autograd, so it is made outside it.

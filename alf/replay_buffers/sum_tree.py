@@ -30,7 +30,7 @@ class SumTree(nn.Module):
         if capacity < 1:
             raise ValueError(f"SumTree capacity {capacity} must be positive")
         self.capacity = capacity
-        self._leaves = 1 << max(capacity - 1, 0).bit_length()
+        self._leaves = _num_leaves(capacity)
         self._depth = self._leaves.bit_length() - 1
         self.register_buffer("tree", torch.zeros(2 * self._leaves,
                                                  dtype=torch.float64),
@@ -42,6 +42,11 @@ class SumTree(nn.Module):
                                                     float("inf"),
                                                     dtype=torch.float64),
                              persistent=persistent)
+
+    @staticmethod
+    def storage_bytes(capacity: int) -> int:
+        """Bytes of the two trees of a SumTree of ``capacity`` items."""
+        return 2 * 2 * _num_leaves(capacity) * 8  # sum and min, float64
 
     def total(self) -> torch.Tensor:
         """The sum of all priorities (a 0-dim float64 tensor)."""
@@ -128,3 +133,8 @@ class SumTree(nn.Module):
         u = torch.rand(n, generator=generator, dtype=torch.float64) * total
         indices = self.find(u)
         return indices, self.get(indices)
+
+
+def _num_leaves(capacity: int) -> int:
+    """``capacity`` rounded up to a power of two."""
+    return 1 << max(capacity - 1, 0).bit_length()

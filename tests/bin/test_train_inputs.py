@@ -168,3 +168,14 @@ def test_disk_full_on_resume_leaves_older_checkpoint_untouched(tmp_path):
     assert_error_line(res, "ckpt-1024.pt", "the disk is full")
     assert [p.name for p in (root / "ckpt").iterdir()] == ["ckpt-512.pt"]
     assert old.read_bytes() == before
+
+
+@pytest.mark.timeout(120)
+def test_replay_capacity_larger_than_memory(tmp_path):
+    # 42 TB: more than any machine the tests run on, refused before the
+    # storage is allocated and before any file is written.
+    _refused(tmp_path, "sac_pendulum.gin",
+             dict(SAC_TINY, **{"TrainerConfig.replay_buffer_capacity":
+                               "1000000000000"}),
+             "TrainerConfig.replay_buffer_capacity=1000000000000",
+             "needs 42000000000000 bytes", "are available")

@@ -296,3 +296,27 @@ def test_storage_follows_the_module_device():
     explicit = ReplayBuffer(capacity=4, batch_size=2, device="cpu").to("meta")
     explicit.add_batch(torch.zeros(2, 3))
     assert explicit._storage()[0].device.type == "cpu"
+
+
+def test_storage_bytes_is_what_the_first_add_allocates():
+    rb = ReplayBuffer(capacity=5, batch_size=B)
+    expected = rb.storage_bytes(_item(0))
+    rb.add_batch(_item(0))
+    assert expected == sum(s.numel() * s.element_size()
+                           for s in rb._storage())
+    # obs float32 [3, 2], action int64, flag bool, vec float64 [3, 2, 3]
+    assert expected == 5 * B * (2 * 4 + 8 + 1 + 6 * 8)
+
+
+def test_storage_larger_than_memory_is_refused_before_allocating(
+        monkeypatch):
+    import alf.utils.memory as memory
+    from alf.utils.errors import ConfigError
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    rb = ReplayBuffer(capacity=100, batch_size=B)
+    with pytest.raises(ConfigError) as info:
+        rb.add_batch(_item(0))
+    msg = str(info.value)
+    assert "a replay buffer of 100 steps x 3 streams needs 19500 bytes" in msg
+    assert "but 1000 bytes" in msg and "\n" not in msg
+    assert list(rb.buffers()) == [rb._num_added]  # nothing allocated
