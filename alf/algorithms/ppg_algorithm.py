@@ -121,6 +121,14 @@ class PPGAlgorithm(PPOAlgorithm):
             raise ConfigError(f"PPGAlgorithm.aux_mini_batch_size={aux_mbs} "
                               f"does not divide among {world} processes")
         self._aux_mini_batch_size = aux_mbs // world
+        held = aux_interval * config.unroll_length * config.num_envs
+        if self._aux_mini_batch_size > held:
+            raise ConfigError(
+                f"PPGAlgorithm.aux_mini_batch_size={aux_mbs} is more than the "
+                f"{held * world} transitions of an auxiliary phase "
+                f"(aux_interval={aux_interval} x num_envs="
+                f"{config.num_envs * world} x unroll_length="
+                f"{config.unroll_length}); use at most {held * world}")
         self.aux_buffer = ReplayBuffer(aux_interval,
                                        config.unroll_length * config.num_envs)
 

@@ -58,6 +58,30 @@ def scheduled(value: float, schedule: str, progress: float) -> float:
                       "linear")
 
 
+def check_mini_batch_size(config) -> None:
+    """Refuses minibatches larger than the unroll they are drawn from.
+
+    Each would silently be the whole unroll. ``config`` is a rank's: in an
+    N-process run both sizes are 1/N of the global ones, so the condition is
+    the same and the message gives the global values (those in the config).
+
+    Raises:
+        ConfigError: naming both sizes.
+    """
+    batch = config.num_envs * config.unroll_length
+    if config.mini_batch_size <= batch:
+        return
+    world = distributed.get_world_size()
+    per_rank = (f"; per process, {config.mini_batch_size} of {batch}"
+                if world > 1 else "")
+    raise ConfigError(
+        f"TrainerConfig.mini_batch_size={config.mini_batch_size * world} is "
+        f"more than the {batch * world} transitions of one iteration "
+        f"(num_envs={config.num_envs * world} x unroll_length="
+        f"{config.unroll_length}) that minibatches are drawn from"
+        f"{per_rank}; use at most {batch * world}")
+
+
 @gin.configurable
 class PPOAlgorithm(OnPolicyAlgorithm):
     """PPO with GAE, clipped surrogate, optional value clipping.
@@ -104,6 +128,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  normalize_observations: bool = False,
                  reward_scale: float = 1.0):
         check_learning_rate("PPOAlgorithm", learning_rate)
+        check_mini_batch_size(config)
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early

@@ -136,3 +136,17 @@ def test_ppo_parameters_unset_on_ppg_keep_ppo_bindings():
     assert alg._gamma == 0.5  # PPOAlgorithm's binding
     assert alg._lambda == 0.8  # ppo_cart_pole.gin's, included by PPG's file
     assert alg._lr == 7e-4  # PPGAlgorithm's binding wins over PPO's
+
+
+def test_aux_mini_batch_larger_than_the_aux_phase_is_refused():
+    from alf.utils.errors import ConfigError
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, mini_batch_size=T * B)
+    with pytest.raises(ConfigError) as info:
+        PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg, aux_interval=2,
+                     aux_mini_batch_size=2 * T * B + 1)
+    msg = str(info.value).splitlines()[0]
+    assert msg == (f"PPGAlgorithm.aux_mini_batch_size={2 * T * B + 1} is "
+                   f"more than the {2 * T * B} transitions of an auxiliary "
+                   f"phase (aux_interval=2 x num_envs={B} x unroll_length="
+                   f"{T}); use at most {2 * T * B}")

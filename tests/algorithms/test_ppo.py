@@ -1,4 +1,5 @@
 """PPO: the loss against a hand computation, and a short learning run."""
+import dataclasses
 import math
 
 import gymnasium as gym
@@ -12,7 +13,7 @@ from alf.trainers.trainer_config import TrainerConfig
 
 def _ppo(**kw):
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
-                        unroll_length=2)
+                        unroll_length=2, mini_batch_size=4)
     return PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
                         cfg, **kw)
 
@@ -92,3 +93,23 @@ def test_ppo_learns_cart_pole(tmp_path):
     finally:
         gin.clear_config()
     assert metrics["average_return"] > 150, metrics
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_mini_batch_larger_than_the_unroll_is_refused(monkeypatch, world):
+    from alf.utils import distributed
+    from alf.utils.errors import ConfigError
+    monkeypatch.setattr(distributed, "get_world_size", lambda: world)
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
+                        unroll_length=8, mini_batch_size=64).per_rank(world)
+    with pytest.raises(ConfigError) as info:
+        PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
+                     cfg)
+    msg = str(info.value).splitlines()[0]
+    assert msg.startswith("TrainerConfig.mini_batch_size=64 is more than the "
+                          "32 transitions of one iteration (num_envs=4 x "
+                          "unroll_length=8)"), msg
+    assert msg.endswith("use at most 32")
+    assert ("per process, 32 of 16" in msg) == (world == 2)
+    PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
+                 dataclasses.replace(cfg, mini_batch_size=32 // world))

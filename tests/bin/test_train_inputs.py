@@ -179,3 +179,23 @@ def test_replay_capacity_larger_than_memory(tmp_path):
                                "1000000000000"}),
              "TrainerConfig.replay_buffer_capacity=1000000000000",
              "needs 42000000000000 bytes", "are available")
+
+
+@pytest.mark.timeout(120)
+def test_mini_batch_larger_than_the_batch(tmp_path):
+    _refused(tmp_path, "ppo_cart_pole.gin",
+             {"TrainerConfig.mini_batch_size": "4096"},
+             "TrainerConfig.mini_batch_size=4096", "32 transitions",
+             "use at most 32")
+
+
+@pytest.mark.timeout(120)
+def test_mini_batch_larger_than_the_batch_with_2_processes(tmp_path):
+    root = tmp_path / "run"
+    res = run_cli(root, TrainerConfig__mini_batch_size="4096",
+                  extra=["--distributed", "multi-process",
+                         "--num_processes", "2"])
+    assert res.returncode == 1, res.stderr
+    assert_one_line_error(res, "TrainerConfig.mini_batch_size=4096",
+                          "per process, 2048 of 16", "use at most 32")
+    assert_nothing_written(root)
