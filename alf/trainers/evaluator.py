@@ -1,6 +1,7 @@
 """Evaluation episodes and the ``eval.csv`` log."""
 import csv
 import os
+import time
 from typing import Dict, Optional
 
 import torch
@@ -101,6 +102,60 @@ def append_eval_csv(root_dir: str, env_steps: int,
         writer.writerow(row)
         f.flush()
         os.fsync(f.fileno())
+
+
+def set_aside_later_rows(root_dir: str, env_steps: int) -> Optional[str]:
+    """Moves the rows of ``ROOT_DIR/eval.csv`` after ``env_steps`` to
+    ``ROOT_DIR/eval-discarded-<time>.csv``.
+
+    A run resumed from a checkpoint older than its last evaluations (the
+    newest checkpoints were removed, or it crashed between checkpoints)
+    evaluates those steps again: their old rows come from a training
+    history the resumed run discards. Moving them aside keeps ``eval.csv``
+    one row per step, in order, and loses no data. A row that cannot be
+    read (cut short by a crash) goes aside too.
+
+    Returns:
+        The path the rows went to, or None if there were none.
+    """
+    path = os.path.join(root_dir, "eval.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or "env_steps" not in rows[0]:
+        return None
+    column = rows[0].index("env_steps")
+
+    def kept(row) -> bool:
+        try:
+            return (len(row) == len(rows[0])
+                    and float(row[column]) <= env_steps)
+        except ValueError:
+            return False
+
+    later = [r for r in rows[1:] if not kept(r)]
+    if not later:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = os.path.join(root_dir, f"eval-discarded-{stamp}.csv")
+    n = 1
+    while os.path.exists(aside):  # never overwrite an earlier one
+        n += 1
+        aside = os.path.join(root_dir, f"eval-discarded-{stamp}-{n}.csv")
+    # The rows are written aside before eval.csv loses them.
+    _write_rows(aside, [rows[0]] + later)
+    _write_rows(path, [rows[0]] + [r for r in rows[1:] if kept(r)])
+    return aside
+
+
+def _write_rows(path: str, rows: list) -> None:
+    """Writes ``rows`` as CSV atomically (temporary file, fsync, rename)."""
+    with open(path + ".tmp", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
 
 
 def read_eval_csv(path: str) -> Dict[str, list]:

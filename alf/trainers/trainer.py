@@ -17,7 +17,8 @@ from absl import logging
 from alf.trainers.checkpointer import Checkpointer, describe_mismatch
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
-from alf.trainers.evaluator import Evaluator, append_eval_csv
+from alf.trainers.evaluator import (Evaluator, append_eval_csv,
+                                    set_aside_later_rows)
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
 from alf.utils.errors import AlfError, CheckpointError, TrainingError
@@ -99,8 +100,13 @@ class Trainer:
     def _writer(self, name: str):
         if name not in self._writers:
             from torch.utils.tensorboard import SummaryWriter
+            # Resumed: TensorBoard then hides the earlier run's events after
+            # the checkpoint (its discarded future), as eval.csv sets them
+            # aside.
+            purge = self.env_steps_at_start + 1 if self.env_steps_at_start \
+                else None
             self._writers[name] = SummaryWriter(
-                os.path.join(self.root_dir, name))
+                os.path.join(self.root_dir, name), purge_step=purge)
         return self._writers[name]
 
     def _save_operative_config(self) -> None:
@@ -169,6 +175,17 @@ class Trainer:
         if self.is_chief:
             logging.info("resumed from %s (iteration %d, %d env steps)", path,
                          self.iteration, self.env_steps)
+            if self.env_steps < self.global_config.num_env_steps:
+                self._set_aside_discarded_evaluations()
+
+    def _set_aside_discarded_evaluations(self) -> None:
+        # Evaluations after the checkpoint come from training this run
+        # discards; it will evaluate those steps again.
+        aside = set_aside_later_rows(self.root_dir, self.env_steps)
+        if aside:
+            logging.warning("eval.csv has evaluations after %d env steps, "
+                            "from training beyond the checkpoint resumed "
+                            "from; moved them to %s", self.env_steps, aside)
 
     def _save_checkpoint(self) -> Optional[str]:
         if not self.is_chief:

@@ -157,6 +157,29 @@ def test_checkpoint_with_wrong_structure_is_refused(tmp_path, content):
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing written
 
 
+def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
+    root = str(tmp_path)
+    cfg = tiny_config(eval_interval=1, checkpoint_interval=2)
+    Trainer(root, config=cfg).train()
+    os.remove(os.path.join(root, "ckpt", f"ckpt-{4 * SPI}.pt"))
+    Trainer(root, config=cfg).train()  # from iteration 2
+    steps = [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
+    from alf.trainers.evaluator import read_eval_csv
+    with open(os.path.join(root, "eval.csv")) as f:
+        assert [int(line.split(",")[0]) for line in f.readlines()[1:]] == \
+            steps
+    aside = glob.glob(os.path.join(root, "eval-discarded-*.csv"))
+    assert len(aside) == 1
+    assert read_eval_csv(aside[0])["env_steps"] == steps[2:]
+    # TensorBoard shows each step once too: the resumed run's writers purge
+    # the first run's events after the checkpoint.
+    from tensorboard.backend.event_processing.event_accumulator import \
+        EventAccumulator
+    ea = EventAccumulator(os.path.join(root, "eval"))
+    ea.Reload()
+    assert [e.step for e in ea.Scalars("eval/average_return")] == steps
+
+
 # ---- NaN loss -----------------------------------------------------------------
 NAN_ENV_ID = "AlfTestNanReward-v0"
 NAN_AFTER = 40  # steps of one environment; iteration 3 covers steps 33..48
