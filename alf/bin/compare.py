@@ -146,6 +146,26 @@ def make_sides(a_params: Sequence[str] = (), b_params: Sequence[str] = (),
     return a, b
 
 
+def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
+                sides: Sequence[Side]) -> None:
+    """Parses each side's config and checks that its sizes divide among its
+    processes, before anything runs: otherwise a side that cannot start
+    fails only after every run before it has trained.
+
+    Raises:
+        AlfError: naming the side and the problem.
+    """
+    import alf.config
+    from alf.trainers import TrainerConfig
+    for side in sides:
+        try:
+            alf.config.parse_config(gin_files, [*gin_params, *side.params])
+            TrainerConfig().per_rank(side.processes)
+        except AlfError as e:
+            raise AlfError(f"side {side.name} ({side.describe()}): "
+                           f"{one_line(e)}") from e
+
+
 def claim_folder(root: str, side: Side) -> None:
     """Records ``side``'s settings in ``root/<name>/side.json`` or, if a
     record is there, checks them against it.
@@ -421,6 +441,7 @@ def main(argv: List[str]) -> int:
             FLAGS.a_param or (), FLAGS.b_param or (), FLAGS.a_name,
             FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
             FLAGS.num_processes if FLAGS["num_processes"].present else None)
+        check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides)
         root = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
         jobs = train_commands(root, FLAGS.gin_file, FLAGS.gin_param or [],
                               sides, FLAGS.seeds)

@@ -362,14 +362,15 @@ def test_end_to_end_short_cart_pole(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_failed_run_names_run_and_log(tmp_path):
-    res = _run_tool(tmp_path, SHORT + ["TrainerConfig.no_such_value=1"])
+    # A config that parses (so the tool starts) but cannot train.
+    res = _run_tool(tmp_path, SHORT + ["TrainerConfig.env_name='NoSuch-v0'"])
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     log = str(tmp_path / "single" / "seed0.log")
     assert lines[0].startswith("alf.bin.compare: error: run single/seed0 "
                                "failed"), lines[0]
-    assert "no_such_value" in lines[0] and lines[0].endswith(log)
+    assert "NoSuch-v0" in lines[0] and lines[0].endswith(log)
     assert os.path.exists(log)
     assert not os.path.exists(tmp_path / "ddp2")  # stopped at the first
 
@@ -410,19 +411,32 @@ def test_end_to_end_two_settings(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_malformed_b_param_names_run_and_log(tmp_path):
+def test_malformed_b_param_is_refused_before_any_run(tmp_path):
     res = _run_tool(tmp_path, extra=[
         "--a_param", "TrainerConfig.mini_batch_size=128",
         "--b_param", "TrainerConfig.mini_batch_size 128"])  # no '='
     assert res.returncode == 1, res.stdout + res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    log = str(tmp_path / "b" / "seed0.log")
-    assert lines[0].startswith("alf.bin.compare: error: run b/seed0 failed "
-                               "(exit code 1): alf.bin.train: error: bad gin "
-                               "configuration"), lines[0]
-    assert lines[0].endswith(log)
-    assert "a/seed0: trained" in res.stdout
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(
+        "alf.bin.compare: error: side b (1 process; TrainerConfig."
+        "mini_batch_size 128): bad gin configuration: "), res.stderr
+    assert "--gin_param 'TrainerConfig.mini_batch_size 128'" in res.stderr
+    assert res.stdout == "" and not os.path.exists(tmp_path / "a")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("extra,side", [
+    (["--num_processes", "2"], "ddp2 (2 processes)"),
+    (["--a_processes", "2", "--b_param", "TrainerConfig.seed=1"],
+     "a (2 processes)")])
+def test_sizes_that_do_not_divide_are_refused_before_any_run(tmp_path, extra,
+                                                             side):
+    root = tmp_path / "r"
+    res = _run_tool(root, SHORT + ["TrainerConfig.num_envs=3"], extra=extra)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(
+        f"alf.bin.compare: error: side {side}: TrainerConfig.num_envs=3 "
+        "does not divide among 2 processes"), res.stderr
+    assert not os.path.exists(root)  # nothing trained, nothing written
 
 
 @pytest.mark.timeout(60)
