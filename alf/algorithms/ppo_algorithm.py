@@ -58,12 +58,13 @@ def scheduled(value: float, schedule: str, progress: float) -> float:
                       "linear")
 
 
-def check_mini_batch_size(config) -> None:
+def check_mini_batch_size(config, world: int) -> None:
     """Refuses minibatches larger than the unroll they are drawn from.
 
-    Each would silently be the whole unroll. ``config`` is a rank's: in an
-    N-process run both sizes are 1/N of the global ones, so the condition is
-    the same and the message gives the global values (those in the config).
+    Each would silently be the whole unroll. ``config`` is a rank's, one of
+    ``world``: both sizes are 1/world of the global ones, so the condition
+    is the same and the message gives the global values (those in the
+    config).
 
     Raises:
         ConfigError: naming both sizes.
@@ -71,7 +72,6 @@ def check_mini_batch_size(config) -> None:
     batch = config.num_envs * config.unroll_length
     if config.mini_batch_size <= batch:
         return
-    world = distributed.get_world_size()
     per_rank = (f"; per process, {config.mini_batch_size} of {batch}"
                 if world > 1 else "")
     raise ConfigError(
@@ -128,7 +128,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  normalize_observations: bool = False,
                  reward_scale: float = 1.0):
         check_learning_rate("PPOAlgorithm", learning_rate)
-        check_mini_batch_size(config)
+        check_mini_batch_size(config, distributed.get_world_size())
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early
@@ -149,6 +149,9 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._reward_scale = reward_scale
         self._num_epochs = config.num_updates_per_train_iter
         self._mini_batch_size = config.mini_batch_size
+
+    #: Called by `TrainerConfig.per_rank` before an N-process launch.
+    check_config = staticmethod(check_mini_batch_size)
 
     # ---- acting -------------------------------------------------------
     acting_modules = ("actor", )  # what rollout_step reads

@@ -23,7 +23,10 @@ class TrainerConfig:
 
     Attributes:
         algorithm_ctor: ``(observation_space, action_space, config) ->
-            RLAlgorithm``, e.g. ``@PPOAlgorithm`` in gin.
+            RLAlgorithm``, e.g. ``@PPOAlgorithm`` in gin. If it has a
+            ``check_config(config, world_size)`` attribute, `per_rank` calls
+            it with the per-rank config, so that an N-process launch refuses
+            sizes the algorithm cannot use before any process starts.
         env_name: environment id for ``env_load_fn``.
         env_load_fn: ``(env_name, num_envs, seed, asynchronous) ->
             BatchedEnvironment``.
@@ -204,7 +207,8 @@ class TrainerConfig:
         """The config one of ``world_size`` ranks runs with.
 
         Raises:
-            ConfigError: if a global size does not divide by ``world_size``.
+            ConfigError: if a global size does not divide by ``world_size``,
+                or the algorithm's ``check_config`` refuses the sizes.
         """
         if world_size == 1:
             return self
@@ -216,9 +220,13 @@ class TrainerConfig:
                     f"TrainerConfig.{name}={getattr(self, name)} does not "
                     f"divide among {world_size} processes; use a multiple of "
                     f"{world_size}")
-        return dataclasses.replace(
+        ranked = dataclasses.replace(
             self, **{name: getattr(self, name) // world_size
                      for name in divided})
+        check = getattr(self.algorithm_ctor, "check_config", None)
+        if check is not None:
+            check(ranked, world_size)
+        return ranked
 
 
 def _parse_device(setting) -> torch.device:

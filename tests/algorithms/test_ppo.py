@@ -100,8 +100,9 @@ def test_mini_batch_larger_than_the_unroll_is_refused(monkeypatch, world):
     from alf.utils import distributed
     from alf.utils.errors import ConfigError
     monkeypatch.setattr(distributed, "get_world_size", lambda: world)
-    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
-                        unroll_length=8, mini_batch_size=64).per_rank(world)
+    # A rank's config (per_rank itself refuses it: test_trainer_config).
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4 // world,
+                        unroll_length=8, mini_batch_size=64 // world)
     with pytest.raises(ConfigError) as info:
         PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
                      cfg)

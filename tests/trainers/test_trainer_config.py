@@ -74,3 +74,17 @@ def test_inside_a_nccl_group_auto_is_the_local_gpu(two_gpus, monkeypatch):
     monkeypatch.setattr(distributed, "uses_gpus", lambda: True)
     monkeypatch.setattr(distributed, "_LOCAL_RANK", 1)
     assert _config("auto").resolve_device() == torch.device("cuda", 1)
+
+
+def test_per_rank_runs_the_algorithms_own_check():
+    # An N-process launch refuses sizes PPO cannot use before it spawns.
+    from alf.utils.errors import ConfigError
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
+                        unroll_length=8, mini_batch_size=64)
+    with pytest.raises(ConfigError, match="per process, 32 of 16"):
+        cfg.per_rank(2)
+    ok = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
+                       unroll_length=8, mini_batch_size=32)
+    assert ok.per_rank(2).mini_batch_size == 16
+    # A constructor without the hook (a plain function) is fine.
+    TrainerConfig(algorithm_ctor=lambda **kw: None).per_rank(2)
