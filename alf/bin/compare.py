@@ -198,7 +198,7 @@ def claim_folder(root: str, side: Side) -> None:
 
 
 def _start(cmd: List[str], log_path: str) -> subprocess.Popen:
-    from alf.bin.launch import die_with_parent  # no run outlives this tool
+    from alf.utils.process import die_with_parent  # no run outlives this tool
     env = {k: v for k, v in os.environ.items()  # else train.py joins torchrun
            if k not in ("RANK", "WORLD_SIZE")}
     os.makedirs(os.path.dirname(log_path), exist_ok=True)

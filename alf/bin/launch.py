@@ -1,52 +1,58 @@
 """Running a training function in N processes and supervising them.
 
-Used by ``alf.bin.train --distributed multi-process`` and by the comparison
-tool. The launcher owns the exits (contract rule 10):
+Used by ``alf.bin.train --distributed multi-process|multi-gpu`` and by the
+comparison tool. The launcher owns the exits (contract rules 10 and 13):
 
-* Ctrl-C: each rank is asked (SIGINT) to stop after its iteration; rank 0
-  saves a checkpoint; the launcher escalates to SIGTERM then SIGKILL for a
-  rank still alive after ``stop_grace`` seconds, and exits with 130.
-* A crashing rank: its traceback is shown once, the others are stopped within
-  ``crash_grace`` seconds, and the exit code is non-zero.
+* Ctrl-C, SIGTERM, SIGHUP (to the launcher or to the whole process group):
+  every rank is asked to stop after its iteration; rank 0 saves a
+  checkpoint; a rank still alive after ``stop_grace`` seconds is aborted,
+  then killed. The exit code is 128 + the signal (130, 143, 129).
+* SIGUSR1: forwarded; rank 0 saves a checkpoint and training goes on.
+* A failing rank: the cause is reported once, naming the rank and how it
+  failed (its traceback, "was killed by SIGKILL", "stopped answering");
+  the other ranks' secondary connection errors are not shown as the cause.
+  With ``max_restarts`` left, every rank is started again and resumes from
+  the last checkpoint.
 * The launcher dying: each rank gets SIGTERM from the kernel (Linux
-  ``PR_SET_PDEATHSIG``), so no rank outlives it.
+  ``PR_SET_PDEATHSIG``), so it checkpoints and no rank outlives it.
+
+The rendezvous folder is removed on every kind of exit; ranks remove it
+themselves when the launcher was killed.
 """
-import ctypes
-import gc
 import multiprocessing as mp
 import os
 import signal
 import sys
 import time
 import traceback
-from typing import Callable, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from alf.utils import process
 from alf.utils.errors import AlfError, one_line
+from alf.utils.process import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 
-EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Asks the kernel to send ``sig`` to this process when its parent dies
-    (Linux ``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))
-        except OSError:
-            pass
-
-
-def _exit_on_sigterm(signum, frame):
+def _abort(signum, frame):
     # Unwind normally so that `finally` blocks close environment
     # subprocesses (and reap them) before this rank exits.
-    raise SystemExit(128 + signum)
+    raise SystemExit(EXIT_ERROR)
+
+
+def _on_stop_signal(signum, frame):
+    # Only before training has installed its own handler (or after it
+    # restored this one): there is nothing to checkpoint yet.
+    raise SystemExit(process.exit_code_for(signum))
 
 
 def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
-               fn: Callable, args: tuple, report) -> None:
-    """Entry point of one rank process: set up the group, run ``fn``."""
-    die_with_parent()
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+               fn: Callable, args: tuple, setup: Optional[Tuple], report
+               ) -> None:
+    """Entry point of one rank process: set up, form the group, run ``fn``."""
+    process.die_with_parent(signal.SIGTERM)
+    launcher = os.getppid()
+    signal.signal(process.ABORT_SIGNAL, _abort)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_stop_signal)
+    signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)  # nothing yet
     from absl import logging
 
     from alf.trainers import TrainingInterrupted
@@ -56,33 +62,38 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     logging.set_verbosity(logging.INFO if rank == 0 else logging.WARNING)
     code = EXIT_OK
     try:
+        # Before the group: it reads settings (the collective timeout) that
+        # the setup (parsing the config) provides.
+        if setup is not None:
+            setup[0](*setup[1])
         with distributed.process_group(rank, world_size, backend,
                                        init_file):
             fn(*args)
     except TrainingInterrupted as e:
         if rank == 0:
             logging.warning("%s", e)
-        code = EXIT_INTERRUPTED
+        code = e.exit_code
     except KeyboardInterrupt:  # Ctrl-C before training started: no state
         code = EXIT_INTERRUPTED
     except AlfError as e:
         report.send((time.time(), rank, "error", one_line(e)))
         code = EXIT_ERROR
-    except SystemExit as e:  # SIGTERM from the launcher: it knows why
+    except SystemExit as e:  # a signal before training, or the launcher's
         code = e.code if isinstance(e.code, int) else EXIT_ERROR
-    except BaseException:  # noqa: BLE001 - reported to the launcher
-        report.send((time.time(), rank, "crash", traceback.format_exc()))
+    except BaseException as e:  # noqa: BLE001 - reported to the launcher
+        kind = "secondary" if distributed.is_peer_failure(e) else "crash"
+        text = (distributed.peer_failure_reason(e) if kind == "secondary" else
+                traceback.format_exc())
+        report.send((time.time(), rank, kind, text))
         code = EXIT_ERROR
+    # A stop signal still on its way (the terminal's and the launcher's)
+    # must not break off the clean-up.
+    for sig in process.STOP_SIGNALS + (process.CHECKPOINT_SIGNAL, ):
+        signal.signal(sig, signal.SIG_IGN)
     report.close()
-    # Finalise what training left (environment queues unregister their
-    # semaphores), then leave without the interpreter's shutdown: torch's
-    # C++ threads can abort it ("terminate called without an active
-    # exception", seen once in ~100 runs), which would turn a clean exit
-    # into SIGABRT.
-    gc.collect()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    if os.getppid() != launcher:  # the launcher was killed: clean up for it
+        distributed.remove_rendezvous(init_file)
+    process.exit_now(code)
 
 
 def _signal_all(procs, sig) -> None:
@@ -104,10 +115,10 @@ def _wait_all(procs, seconds: float) -> bool:
 
 
 def _stop(procs, grace: float) -> None:
-    """Waits ``grace`` s, then SIGTERM, then SIGKILL whatever is still alive."""
+    """Waits ``grace`` s, then aborts, then kills whatever is still alive."""
     if _wait_all(procs, grace):
         return
-    _signal_all(procs, signal.SIGTERM)
+    _signal_all(procs, process.ABORT_SIGNAL)
     if not _wait_all(procs, 3.0):
         _signal_all(procs, signal.SIGKILL)
         _wait_all(procs, 3.0)
@@ -125,9 +136,144 @@ def _stop_resource_tracker() -> None:
             pass
 
 
+def _process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (``T``: stopped), or ''."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+class _Round:
+    """One start of all ranks: what happened to them, and why it ended."""
+
+    def __init__(self, procs: List[mp.Process]):
+        self.procs = procs
+        self.signal: Optional[int] = None  # a stop signal the launcher got
+        self.failed_at: Optional[float] = None
+        self.deaths: Dict[int, Tuple[float, int]] = {}  # rank -> (t, code)
+        self.alive_at_failure: List[int] = []
+        self.stopped: List[int] = []  # of those, ranks stopped (SIGSTOP)
+        self.messages: List[tuple] = []
+
+    def watch(self) -> None:
+        """Records ranks that end on their own with a failure."""
+        for rank, p in enumerate(self.procs):
+            if (rank not in self.deaths and p.exitcode is not None
+                    and p.exitcode != EXIT_OK
+                    and p.exitcode < 128):  # not a clean stop on a signal
+                self.deaths[rank] = (time.time(), p.exitcode)
+                if self.failed_at is None:
+                    self.failed_at = time.time()
+                    self.alive_at_failure = [
+                        r for r, q in enumerate(self.procs) if q.is_alive()]
+                    self.stopped = [r for r in self.alive_at_failure if
+                                    _process_state(self.procs[r].pid) == "T"]
+
+    def cause(self, timeout_hint: str) -> Optional[Tuple[str, bool]]:
+        """(one report of the failure, whether restarting may help), or
+        None when no rank failed."""
+        kinds = {m[1]: m for m in sorted(self.messages, reverse=True)}
+        primary = [(t, r, k, text) for t, r, k, text in self.messages
+                   if k in ("error", "crash")]
+        for rank, (t, code) in self.deaths.items():
+            if rank not in kinds:  # died without a word: killed, or exit()
+                primary.append((t, rank, "death", code))
+        if primary:
+            _, rank, kind, text = min(primary)
+            if kind == "error":
+                return f"error: {text}", False
+            if kind == "crash":
+                return f"rank {rank} failed:\n{text.rstrip()}", True
+            return f"rank {rank} {process.describe_exit(text)}", True
+        secondary = [m for m in self.messages if m[2] == "secondary"]
+        if not secondary:
+            return None
+        silent = [r for r in self.alive_at_failure if r not in kinds]
+        if silent:
+            names = ", ".join(f"rank {r}" for r in silent)
+            how = (" (its process was stopped, SIGSTOP)"
+                   if set(silent) & set(self.stopped) else "")
+            return (f"{names} stopped answering{how}: the other ranks' "
+                    f"collectives timed out after {timeout_hint} "
+                    "(collective_timeout.seconds)"), True
+        _, rank, _, text = min(secondary)
+        return f"rank {rank} lost its peers: {text}", True
+
+
+def _run_round(fn, args, setup, num_processes, backend, stop_grace,
+               crash_grace) -> _Round:
+    from alf.utils.distributed import rendezvous_file
+
+    ctx = mp.get_context("spawn")
+    # One pipe per rank for its failure report: unlike a queue, a pipe needs
+    # no semaphore for the resource tracker to clean up.
+    pipes = [ctx.Pipe(duplex=False) for _ in range(num_processes)]
+    with rendezvous_file() as init_file:
+        procs = [
+            ctx.Process(target=_rank_main, name=f"alf-rank{r}",
+                        args=(r, num_processes, init_file, backend, fn,
+                              tuple(args), setup, pipes[r][1]))
+            for r in range(num_processes)
+        ]
+        rnd = _Round(procs)
+        got = []
+
+        def on_signal(signum, frame):
+            got.append(signum)
+
+        handled = process.STOP_SIGNALS + (process.CHECKPOINT_SIGNAL, )
+        previous = {s: signal.signal(s, on_signal) for s in handled}
+        try:
+            for p in procs:
+                p.start()
+            for _, writer in pipes:
+                writer.close()
+            _supervise(rnd, got, stop_grace, crash_grace)
+        finally:
+            _signal_all(procs, signal.SIGKILL)  # only if supervising failed
+            for s, h in previous.items():
+                signal.signal(s, h)
+    for reader, _ in pipes:
+        while reader.poll():
+            try:
+                rnd.messages.append(reader.recv())
+            except EOFError:
+                break
+        reader.close()
+    return rnd
+
+
+def _supervise(rnd: _Round, got: List[int], stop_grace: float,
+               crash_grace: float) -> None:
+    procs = rnd.procs
+    while any(p.is_alive() for p in procs):
+        while got:
+            sig = got.pop(0)
+            if sig == process.CHECKPOINT_SIGNAL:
+                _signal_all(procs, sig)
+                continue
+            if rnd.signal is None:
+                rnd.signal = sig
+                # Ranks ignore repeats of a stop they already have.
+                _signal_all(procs, sig)
+                _stop(procs, stop_grace)
+                return
+        rnd.watch()
+        if rnd.failed_at is not None:
+            _signal_all(procs, process.ABORT_SIGNAL)
+            _stop(procs, crash_grace)
+            return
+        time.sleep(0.05)
+    rnd.watch()
+
+
 def launch(fn: Callable, args: Sequence, num_processes: int,
            prog: str = "alf", stop_grace: float = 8.0,
-           crash_grace: float = 5.0, backend: str = "gloo") -> int:
+           crash_grace: float = 5.0, backend: str = "gloo",
+           setup: Optional[Tuple[Callable, tuple]] = None,
+           max_restarts: int = 0, timeout_hint: str = "the timeout") -> int:
     """Runs ``fn(*args)`` in ``num_processes`` ranks on this machine.
 
     Args:
@@ -136,62 +282,44 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
         num_processes: world size.
         backend: ``gloo`` (CPU ranks) or ``nccl`` (rank r on GPU r).
         prog: name used to prefix the launcher's own messages.
-        stop_grace: seconds the ranks get to stop after Ctrl-C.
+        stop_grace: seconds the ranks get to stop after a stop signal.
         crash_grace: seconds the other ranks get after one rank failed.
+        setup: ``(function, args)`` each rank calls before forming the
+            process group (e.g. parsing the configuration, which sets the
+            collective timeout).
+        max_restarts: how many times a failed run (a crash, a killed or
+            stalled rank; not an error in the input) is started again; each
+            start resumes from the last checkpoint.
+        timeout_hint: how the collective timeout reads in a report.
 
     Returns:
-        The exit code: 0, 1 (error or crash) or 130 (interrupted).
+        The exit code: 0, 1 (error or crash) or 128 + the stop signal.
     """
-    from alf.utils.distributed import rendezvous_file
-
-    ctx = mp.get_context("spawn")
-    # One pipe per rank for its failure report: unlike a queue, a pipe needs
-    # no semaphore for the resource tracker to clean up.
-    pipes = [ctx.Pipe(duplex=False) for _ in range(num_processes)]
-    with rendezvous_file() as init_file:
-        procs: List[mp.Process] = [
-            ctx.Process(target=_rank_main, name=f"alf-rank{r}",
-                        args=(r, num_processes, init_file, backend, fn, tuple(args),
-                              pipes[r][1])) for r in range(num_processes)
-        ]
-        for p in procs:
-            p.start()
-        for _, writer in pipes:
-            writer.close()
-        interrupted = False
-        try:
-            while any(p.is_alive() for p in procs):
-                if any(p.exitcode not in (None, EXIT_OK, EXIT_INTERRUPTED)
-                       for p in procs):
-                    _stop(procs, crash_grace)
-                    break
-                time.sleep(0.05)
-        except KeyboardInterrupt:
-            interrupted = True
-            # Ignore further Ctrl-C: stopping is already under way.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            _signal_all(procs, signal.SIGINT)
-            _stop(procs, stop_grace)
-    codes = [p.exitcode for p in procs]
-    messages = []
-    for reader, _ in pipes:
-        if reader.poll():
-            try:
-                messages.append(reader.recv())
-            except EOFError:
-                pass
-        reader.close()
-    _stop_resource_tracker()
-    if messages:
-        _, rank, kind, text = min(messages)  # the first failure is the cause
-        if kind == "error":
-            print(f"{prog}: error: {text}", file=sys.stderr)
-        else:
-            print(f"{prog}: rank {rank} failed:\n{text.rstrip()}",
-                  file=sys.stderr)
-        return EXIT_ERROR
-    if interrupted or EXIT_INTERRUPTED in codes:
-        return EXIT_INTERRUPTED
+    restarts = 0
+    try:
+        while True:
+            rnd = _run_round(fn, args, setup, num_processes, backend,
+                             stop_grace, crash_grace)
+            codes = [p.exitcode for p in rnd.procs]
+            cause = rnd.cause(timeout_hint)
+            if cause is None:
+                break
+            report, retry = cause
+            if retry and restarts < max_restarts and rnd.signal is None:
+                restarts += 1
+                print(f"{prog}: {report}\n{prog}: restarting every rank from "
+                      f"the last checkpoint (restart {restarts} of "
+                      f"{max_restarts})", file=sys.stderr, flush=True)
+                continue
+            print(f"{prog}: {report}", file=sys.stderr, flush=True)
+            return EXIT_ERROR
+    finally:
+        _stop_resource_tracker()
+    if rnd.signal is not None:
+        return process.exit_code_for(rnd.signal)
+    stopped = [c for c in codes if c is not None and c > 128]
+    if stopped:  # ranks stopped on a signal sent to them, not to us
+        return max(stopped)
     if any(c != EXIT_OK for c in codes):
         print(f"{prog}: error: rank exit codes {codes}", file=sys.stderr)
         return EXIT_ERROR

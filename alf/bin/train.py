@@ -12,12 +12,15 @@ then in alf's packaged examples. Running again with the same ``--root_dir``
 resumes from the newest checkpoint.
 """
 import os
+import signal
 import sys
 from typing import List, Sequence, Tuple
 
 from absl import app, flags, logging
 
+from alf.utils import process
 from alf.utils.errors import AlfError, one_line
+from alf.utils.process import EXIT_ERROR
 
 flags.DEFINE_string("root_dir", None, "Folder for summaries, eval.csv, "
                     "config.gin and checkpoints; an existing run is resumed.")
@@ -32,10 +35,11 @@ flags.DEFINE_enum("distributed", "none", ["none", "multi-gpu",
                   "(gloo).")
 flags.DEFINE_integer("num_processes", 2, "Processes for --distributed "
                      "multi-process.", lower_bound=1)
+flags.DEFINE_integer("max_restarts", 0, "With --distributed: how many times "
+                     "a run whose rank crashed, was killed or stalled starts "
+                     "all ranks again, resuming from the last checkpoint.",
+                     lower_bound=0)
 FLAGS = flags.FLAGS
-
-EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
 
 
 def check_root_dir(root_dir: str) -> str:
@@ -58,17 +62,9 @@ def check_root_dir(root_dir: str) -> str:
     return root_dir
 
 
-def train_process(root_dir: str, gin_files: Sequence[str],
-                  gin_params: Sequence[str]) -> dict:
-    """Parses the config and trains in this process (any rank).
-
-    Returns:
-        The final evaluation's metrics (empty on ranks other than 0).
-    """
-    import alf.config
+def train_parsed(root_dir: str) -> dict:
+    """Trains with the configuration already parsed in this process."""
     from alf.trainers import Trainer
-
-    alf.config.parse_config(gin_files, gin_params)
     return Trainer(root_dir).train()
 
 
@@ -76,17 +72,33 @@ def _under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def _train_under_torchrun(root_dir, gin_files, gin_params) -> None:
+def _train_under_torchrun(root_dir: str) -> int:
     import torch
 
+    from alf.trainers import TrainingInterrupted
     from alf.utils import distributed
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if rank != 0:
         logging.set_verbosity(logging.WARNING)
-    with distributed.process_group(rank, world, backend, use_env=True):
-        train_process(root_dir, gin_files, gin_params)
+    try:
+        with distributed.process_group(rank, world, backend, use_env=True):
+            train_parsed(root_dir)
+    except TrainingInterrupted as e:
+        if rank == 0:
+            logging.warning("%s", e)
+        return e.exit_code
+    except Exception as e:  # noqa: BLE001 - torchrun reports the exit code
+        if not distributed.is_peer_failure(e):
+            raise
+        # Another rank failed or stalled: torchrun names it; this rank's
+        # connection error is only the consequence.
+        print(f"alf.bin.train: rank {rank} lost its peers (another rank "
+              f"failed or stalled): {distributed.peer_failure_reason(e)}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
 def _num_gpus_for_multi_gpu() -> int:
@@ -113,10 +125,17 @@ def _processes_and_backend() -> Tuple[int, str]:
     return 1, "gloo"
 
 
+def _timeout_text() -> str:
+    from alf.utils.distributed import collective_timeout
+    return f"{collective_timeout().total_seconds():g} s"
+
+
 def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # Until training listens for it, "checkpoint now" must not kill the run.
+    signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)
     import alf.config
     from alf.trainers import Trainer, TrainingInterrupted
     try:
@@ -126,28 +145,38 @@ def main(argv: List[str]) -> int:
         if not FLAGS.gin_file:
             raise AlfError("--gin_file is required, e.g. --gin_file "
                            "ppo_cart_pole.gin")
+        if (FLAGS["num_processes"].present
+                and FLAGS.distributed != "multi-process"):
+            raise AlfError(
+                f"--num_processes {FLAGS.num_processes} needs --distributed "
+                f"multi-process (it is --distributed {FLAGS.distributed})")
         gin_files, gin_params = FLAGS.gin_file, FLAGS.gin_param or []
         # Validate the config before anything is written or spawned.
         alf.config.parse_config(gin_files, gin_params)
         if _under_torchrun():
-            root_dir = check_root_dir(FLAGS.root_dir)
-            _train_under_torchrun(root_dir, gin_files, gin_params)
-            return 0
+            if FLAGS.max_restarts:
+                raise AlfError("--max_restarts is the built-in launcher's; "
+                               "under torchrun use torchrun --max-restarts")
+            process.exit_now(
+                _train_under_torchrun(check_root_dir(FLAGS.root_dir)))
         num_processes, backend = _processes_and_backend()
         from alf.trainers import TrainerConfig
         config = TrainerConfig()
         config.resolve_device(backend if num_processes > 1 else "none")
         config.per_rank(num_processes)  # sizes must divide
         root_dir = check_root_dir(FLAGS.root_dir)
-        if num_processes > 1:
+        if num_processes > 1 or FLAGS.max_restarts:
             from alf.bin.launch import launch
-            return launch(train_process, (root_dir, gin_files, gin_params),
-                          num_processes, prog="alf.bin.train",
-                          backend=backend)
+            return launch(train_parsed, (root_dir, ), num_processes,
+                          prog="alf.bin.train", backend=backend,
+                          setup=(alf.config.parse_config,
+                                 (gin_files, gin_params)),
+                          max_restarts=FLAGS.max_restarts,
+                          timeout_hint=_timeout_text())
         Trainer(root_dir).train()
     except TrainingInterrupted as e:
         logging.warning("%s", e)
-        return EXIT_INTERRUPTED
+        return e.exit_code
     except AlfError as e:
         print(f"alf.bin.train: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR

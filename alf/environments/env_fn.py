@@ -9,6 +9,8 @@ import signal
 
 import gymnasium as gym
 
+from alf.utils import process
+
 
 _environment_process = False
 
@@ -30,12 +32,12 @@ def in_environment_process() -> bool:
 def prepare_worker() -> None:
     """Set-up of an environment worker subprocess.
 
-    Ctrl-C is the training process's to handle (it closes this worker); the
-    kernel ends the worker if that process dies without closing it.
+    Ctrl-C, SIGTERM and SIGHUP are the training process's to handle (it
+    closes this worker); the kernel ends the worker if that process dies
+    without closing it.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from alf.bin.launch import die_with_parent
-    die_with_parent(signal.SIGKILL)
+    process.ignore_run_signals()
+    process.die_with_parent(signal.SIGKILL)
 
 
 class EnvFn:

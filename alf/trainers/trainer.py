@@ -20,7 +20,7 @@ from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (Evaluator, append_eval_csv,
                                     set_aside_later_rows)
 from alf.trainers.trainer_config import TrainerConfig
-from alf.utils import distributed
+from alf.utils import distributed, process
 from alf.utils.errors import AlfError, CheckpointError, TrainingError
 
 _SEED_STRIDE = 10007  # env seeds of a resumed run differ from the first run's
@@ -42,7 +42,16 @@ def _first_detail(error: Exception) -> str:
 
 
 class TrainingInterrupted(AlfError):
-    """Ctrl-C: a checkpoint was saved and the run can be resumed."""
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP): a checkpoint was saved and
+    the run can be resumed.
+
+    Attributes:
+        exit_code: the shell's convention for the signal (128 + signum).
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.exit_code = process.exit_code_for(signum)
 
 
 class Trainer:
@@ -65,7 +74,8 @@ class Trainer:
         self.env_steps = 0
         self.env_steps_at_start = 0
         self._rng_state = None
-        self._stop_flag = False
+        self._stop_signal = 0  # the stop signal received, if any
+        self._checkpoint_asked = False  # SIGUSR1
         self.steps_per_second = float("nan")  # of the last train() call
         torch.set_num_threads(self.config.torch_num_threads)
 
@@ -200,17 +210,20 @@ class Trainer:
             TrainingInterrupted: on Ctrl-C, after saving a checkpoint.
             TrainingError: on a non-finite loss (no checkpoint is written).
         """
+        restore_handlers = lambda: None  # noqa: E731
         try:
             # Inside: a failure half-way through building (an actor or the
             # evaluator's environment) must still stop the actors started.
             self._build()
-            restore_handler = _install_interrupt_handler(self)
-            try:
-                return self._train()
-            finally:
-                restore_handler()
+            restore_handlers = _install_interrupt_handler(self)
+            return self._train()
         finally:
-            self._close()
+            # Closing under the handlers: a repeated signal must not break
+            # off the closing of environments.
+            try:
+                self._close()
+            finally:
+                restore_handlers()
 
     def _train(self) -> Dict[str, float]:
         cfg, gcfg = self.config, self.global_config
@@ -279,25 +292,52 @@ class Trainer:
                 if self.iteration % cfg.checkpoint_interval == 0 or final:
                     self._save_checkpoint()
                 self._log_progress(num_iters)
-                if self._stop_requested():
+                stop, checkpoint = self._requests()
+                if stop:
                     raise KeyboardInterrupt
+                if checkpoint and not final:
+                    self._checkpoint_on_request()
             self.steps_per_second = self._steps_per_second()
         except KeyboardInterrupt:
             path = self._save_checkpoint()
+            sig = self._stop_signal or signal.SIGINT
             raise TrainingInterrupted(
-                f"interrupted at {self.env_steps} env steps; checkpoint "
-                f"{path} saved; run the same command to resume") from None
+                f"{process.signal_name(sig)}: stopped at {self.env_steps} env "
+                f"steps; checkpoint {path} saved; run the same command to "
+                "resume", sig) from None
         return last_eval
 
-    def request_stop(self) -> None:
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Asks training to stop (and checkpoint) after this iteration."""
-        self._stop_flag = True
+        self._stop_signal = self._stop_signal or int(signum)
 
-    def _stop_requested(self) -> bool:
-        # A control-flow decision: all ranks stop at the same iteration if
-        # any of them was asked to (one all-reduce of one number).
-        flag = torch.tensor([float(self._stop_flag)])
-        return bool(distributed.all_reduce_sum(flag) > 0)
+    def request_checkpoint(self) -> None:
+        """Asks for a checkpoint after this iteration; training goes on."""
+        self._checkpoint_asked = True
+
+    def _requests(self):
+        """(stop signal or 0, checkpoint now?), agreed by every rank.
+
+        A control-flow decision: all ranks stop (or checkpoint) at the same
+        iteration if any of them was asked to, whichever rank the signal
+        reached; one all-reduce of two numbers.
+        """
+        flags = torch.tensor([float(self._stop_signal),
+                              float(self._checkpoint_asked)])
+        if distributed.is_distributed():
+            import torch.distributed as dist
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        self._checkpoint_asked = False
+        if flags[0] and not self._stop_signal:
+            self._stop_signal = int(flags[0])
+        return int(flags[0]), bool(flags[1])
+
+    def _checkpoint_on_request(self) -> None:
+        path = self._save_checkpoint()
+        if self.is_chief:
+            logging.warning("%s: checkpoint %s saved; training goes on",
+                            process.signal_name(process.CHECKPOINT_SIGNAL),
+                            path)
 
     # ---- reporting --------------------------------------------------------
     def _summarize(self, stats: Dict[str, torch.Tensor]) -> None:
@@ -373,28 +413,43 @@ class Trainer:
 
 
 def _install_interrupt_handler(trainer: Trainer):
-    """Makes SIGINT (Ctrl-C) stop ``trainer`` cleanly after its iteration.
+    """Makes the stop signals (Ctrl-C, SIGTERM, SIGHUP) stop ``trainer``
+    cleanly after its iteration, and SIGUSR1 save a checkpoint then.
 
     In a single process a second Ctrl-C interrupts at once (the checkpoint is
     still saved). Under a launcher, every rank gets the signal (from the
-    terminal and/or the launcher); repeats are ignored and the launcher
-    escalates if a rank does not stop in time.
+    terminal, the scheduler and/or the launcher); repeats are ignored and the
+    launcher aborts a rank that does not stop in time.
 
     Returns:
-        A function that restores the previous handler.
+        A function that restores the previous handlers.
     """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     force_on_repeat = trainer.world_size == 1
 
-    def handler(signum, frame):
-        if trainer._stop_flag and force_on_repeat:
-            raise KeyboardInterrupt
-        if trainer.is_chief and not trainer._stop_flag:
-            logging.warning("stopping after this iteration (Ctrl-C again to "
-                            "stop at once)" if force_on_repeat else
-                            "stopping after this iteration")
-        trainer.request_stop()
+    def stop(signum, frame):
+        if trainer._stop_signal:
+            if force_on_repeat and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        trainer.request_stop(signum)
+        if trainer.is_chief:
+            logging.warning("%s: stopping after this iteration%s",
+                            process.signal_name(signum),
+                            " (Ctrl-C again to stop at once)"
+                            if force_on_repeat and signum == signal.SIGINT
+                            else "")
 
-    previous = signal.signal(signal.SIGINT, handler)
-    return lambda: signal.signal(signal.SIGINT, previous)
+    def checkpoint(signum, frame):
+        trainer.request_checkpoint()
+
+    previous = {s: signal.signal(s, stop) for s in process.STOP_SIGNALS}
+    previous[process.CHECKPOINT_SIGNAL] = signal.signal(
+        process.CHECKPOINT_SIGNAL, checkpoint)
+
+    def restore():
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore

@@ -99,7 +99,7 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
     kwargs = dict(backend=backend, rank=rank, world_size=world_size,
                   timeout=collective_timeout())
     if use_env:
-        kwargs["init_method"] = "env://"
+        kwargs["store"] = _torchrun_store(rank, world_size)
     else:
         kwargs["store"] = dist.FileStore(init_file, world_size)
     dist.init_process_group(**kwargs)
@@ -111,6 +111,25 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
 
 
 _LOCAL_RANK: Optional[int] = None
+
+
+def _torchrun_store(rank: int, world_size: int) -> dist.Store:
+    """The rendezvous store of a process started by torchrun, with keys of
+    this restart round only.
+
+    torchrun's agent keeps one store across ``--max-restarts`` rounds; torch's
+    ``env://`` reuses its keys, so a restarted group read the old round's
+    addresses (gloo: "Connection refused", or a hang in init). A prefix per
+    run and round gives every round a clean key space.
+    """
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+        world_size, is_master=rank == 0 and not agent_store,
+        timeout=collective_timeout(), wait_for_workers=False)
+    round_ = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    return dist.PrefixStore(f"alf/{run}/round{round_}/", store)
 
 
 def uses_gpus() -> bool:
@@ -135,7 +154,45 @@ def rendezvous_file() -> Iterator[str]:
     try:
         yield os.path.join(folder, "store")
     finally:
+        remove_rendezvous(os.path.join(folder, "store"))
+
+
+def remove_rendezvous(init_file: str) -> None:
+    """Removes the folder of a `rendezvous_file` path (if still there)."""
+    folder = os.path.dirname(init_file)
+    if os.path.basename(folder).startswith("alf-rendezvous-"):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_PEER_FAILURE = ("connection reset", "connection closed", "broken pipe",
+                 "connection refused", "timed out", "timeout")
+
+
+def peer_failure_reason(error: BaseException) -> str:
+    """The gist of a peer failure, e.g. "Connection reset by peer" (gloo's
+    messages run to several hundred characters of file names and advice)."""
+    text = str(error)
+    lower = text.lower()
+    for phrase in _PEER_FAILURE:
+        i = lower.find(phrase)
+        if i >= 0:
+            end = min((j for j in (text.find(".", i), text.find("\n", i),
+                                   len(text)) if j >= 0))
+            start = max(text.rfind("] ", 0, i) + 2, text.rfind(": ", 0, i) + 2,
+                        0)
+            return text[start:end].strip()[:160]
+    return text.strip().splitlines()[0][:160] if text.strip() else \
+        type(error).__name__
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a collective failing because another rank
+    failed, died or stalled: a consequence, not the cause, of a failure."""
+    if isinstance(error, getattr(dist, "DistError", ())):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(
+        s in text for s in _PEER_FAILURE)
 
 
 # ---- small collectives ------------------------------------------------------

@@ -382,7 +382,7 @@ def test_ctrl_c_saves_checkpoint_and_resumes(tmp_path):
     out = "".join(lines)
     assert rc == 130, out
     assert "Traceback" not in out, out
-    said = [ln for ln in lines if "interrupted" in ln]
+    said = [ln for ln in lines if "stopped at" in ln]
     assert len(said) == 1, out
     assert "checkpoint" in said[0] and "resume" in said[0]
     ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))

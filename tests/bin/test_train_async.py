@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from test_train import _cmd, _env
-from test_train_distributed import _session_processes
+from cli_harness import Run, assert_no_process_left, children, live
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -21,59 +21,9 @@ ASYNC = {"TrainerConfig.unroll_mode": '"async"',
          "TrainerConfig.eval_interval": "0"}
 
 
-def _live(sid: int):
-    """PIDs of the running (not zombie) processes in session ``sid``."""
-    return [pid for pid, state in _session_processes(sid) if state != "Z"]
-
-
-def _assert_no_process_left(sid: int):
-    deadline = time.time() + 15
-    while _live(sid) and time.time() < deadline:
-        time.sleep(0.2)
-    left = _live(sid)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left behind: {left}"
-
-
-class _Run:
-    """The CLI in its own session, its output collected by threads."""
-
+class _Run(Run):
     def __init__(self, cmd):
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True,
-                                     env=_env(), start_new_session=True)
-        self.lines, self.started = [], threading.Event()
-        self._readers = [threading.Thread(target=self._read, args=(s, ),
-                                          daemon=True)
-                         for s in (self.proc.stdout, self.proc.stderr)]
-        for t in self._readers:
-            t.start()
-
-    def _read(self, stream):
-        for line in stream:
-            self.lines.append(line)
-            if "iter " in line:
-                self.started.set()
-
-    def finish(self, timeout=90) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            for t in self._readers:
-                t.join(5)
-
-    @property
-    def out(self) -> str:
-        return "".join(self.lines)
-
-
-def _children(pid: int):
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(x) for x in f.read().split()]
+        super().__init__(cmd, env=_env())
 
 
 def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
@@ -89,7 +39,7 @@ def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
     assert "Traceback" not in run.out, run.out
     ckpts = glob.glob(str(tmp_path / "run" / "ckpt" / "ckpt-*.pt"))
     assert ckpts, run.out
-    _assert_no_process_left(run.proc.pid)
+    assert_no_process_left(run.proc.pid)
 
     # The same command, with a budget 2 iterations further, resumes from
     # that checkpoint (its counters and policy version) and finishes.
@@ -105,7 +55,7 @@ def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
                           weights_only=True)["counters"]
     assert counters["env_steps"] == target, counters
     assert counters["iteration"] == saved["iteration"] + 2, counters
-    _assert_no_process_left(resumed.proc.pid)
+    assert_no_process_left(resumed.proc.pid)
 
 
 def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
@@ -115,7 +65,7 @@ def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
                        "TrainerConfig.checkpoint_interval": "1000000"}))
     try:
         assert run.started.wait(90), run.out
-        actors = [c for c in _children(run.proc.pid)
+        actors = [c for c in children(run.proc.pid)
                   if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
         assert len(actors) >= 2, actors
         os.kill(actors[1], signal.SIGKILL)
@@ -126,7 +76,7 @@ def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
     assert len(said) == 1, run.out
     assert "actor" in said[0] and "SIGKILL" in said[0], said[0]
     assert "Traceback" not in run.out, run.out
-    _assert_no_process_left(run.proc.pid)
+    assert_no_process_left(run.proc.pid)
 
 
 def test_async_two_processes_train_and_finish(tmp_path):
@@ -138,4 +88,4 @@ def test_async_two_processes_train_and_finish(tmp_path):
     counters = torch.load(max(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))),
                           weights_only=True)["counters"]
     assert counters["env_steps"] == 512, counters
-    _assert_no_process_left(run.proc.pid)
+    assert_no_process_left(run.proc.pid)

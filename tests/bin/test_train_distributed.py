@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from alf.trainers.evaluator import read_eval_csv
+from cli_harness import session_processes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -33,21 +34,6 @@ def _cmd(root, params=(), gin_file="ppo_cart_pole.gin", extra=MP,
 def _run(cmd, timeout=150, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           cwd=REPO, env=env)
-
-
-def _session_processes(sid):
-    """Pids of live processes in session ``sid`` (zombies included)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:  # field 6 of stat: session id
-                pids.append((int(entry), fields[0]))
-    return pids
 
 
 @pytest.mark.timeout(200)
@@ -107,7 +93,7 @@ def test_ctrl_c_stops_every_process_saves_and_resumes(tmp_path):
             break
     assert "steps/s" in out[-1], "".join(out)
     # Every process of the run (launcher, ranks, env workers) is alive now.
-    assert len(_session_processes(proc.pid)) >= 1 + 2 + 2 * 2
+    assert len(session_processes(proc.pid)) >= 1 + 2 + 2 * 2
     start = time.time()
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=30)
@@ -116,9 +102,9 @@ def test_ctrl_c_stops_every_process_saves_and_resumes(tmp_path):
     assert proc.returncode == 130, text[-3000:]
     assert elapsed < 10, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in text
-    assert sum("interrupted at" in ln for ln in text.splitlines()) == 1
+    assert sum("SIGINT: stopped at" in ln for ln in text.splitlines()) == 1
     time.sleep(0.5)
-    assert _session_processes(proc.pid) == []  # no zombie or orphan
+    assert session_processes(proc.pid) == []  # no zombie or orphan
     assert list((tmp_path / "ckpt").glob("ckpt-*.pt"))
     params = [p.replace("=10000000", "=20000") for p in params]
     res = _run(_cmd(tmp_path, params))
@@ -146,7 +132,7 @@ def test_a_crashing_rank_ends_the_run_with_its_traceback_once(tmp_path):
     assert err.count("Traceback") == 1
     assert "rank 1 failed" in err
     time.sleep(0.5)
-    assert _session_processes(proc.pid) == []
+    assert session_processes(proc.pid) == []
 
 
 @pytest.mark.timeout(200)

@@ -1,0 +1,81 @@
+"""Process utilities shared by the launcher, the trainer and environment
+workers: parent-death signals, which signals stop a run, exit codes.
+
+Kept free of torch imports: environment worker subprocesses import this.
+"""
+import ctypes
+import signal
+import sys
+
+EXIT_OK, EXIT_ERROR = 0, 1
+
+# Signals that stop a run cleanly (checkpoint first): Ctrl-C, a scheduler's
+# preemption, a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# "Checkpoint now and go on" (habitat-lab's DD-PPO uses SIGUSR1 the same way).
+CHECKPOINT_SIGNAL = signal.SIGUSR1
+# The launcher's own "leave now" to its ranks, after a failure elsewhere or a
+# stop that took too long; users never need to send it.
+ABORT_SIGNAL = signal.SIGUSR2
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+
+
+def exit_code_for(signum: int) -> int:
+    """The shell's convention for a run ended by ``signum`` (128 + signum)."""
+    return 128 + int(signum)
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15, ``signal 99`` for a number without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit(code: int) -> str:
+    """How a process ended, from its exit code (negative: killed by a
+    signal, as `multiprocessing` and `subprocess` report it)."""
+    if code is not None and code < 0:
+        hint = "; out of memory?" if -code == signal.SIGKILL else ""
+        return (f"was killed by {signal_name(-code)} (exit {code}{hint})")
+    if code is not None and code > 128 and code - 128 < signal.NSIG:
+        return f"exited with code {code} ({signal_name(code - 128)})"
+    return f"exited with code {code}"
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Asks the kernel to send ``sig`` to this process when its parent dies
+    (Linux ``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))
+        except OSError:
+            pass
+
+
+def ignore_run_signals() -> None:
+    """For a helper process that its owner closes (environment workers,
+    actors): a signal sent to the whole process group (Ctrl-C, a scheduler's
+    SIGTERM, a closed terminal's SIGHUP, SIGUSR1) is the owner's to handle;
+    dying of it here would lose the owner's last iteration before its
+    checkpoint."""
+    for sig in STOP_SIGNALS + (CHECKPOINT_SIGNAL, ABORT_SIGNAL):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def exit_now(code: int) -> None:
+    """Leaves the process with ``code`` without the interpreter's shutdown.
+
+    torch's C++ threads can abort that shutdown ("terminate called without
+    an active exception", seen after a distributed run), which would turn a
+    clean exit into SIGABRT. What training left is finalised first
+    (environment queues unregister their semaphores).
+    """
+    import gc
+    import os
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,108 @@
+"""Running the train CLI as a real process tree in its own session, and
+checking that nothing of it is left afterwards."""
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+
+def session_processes(sid: int) -> List[Tuple[int, str]]:
+    """(pid, state) of the processes in session ``sid`` (zombies too)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # field 6 of stat: session id
+                pids.append((int(entry), fields[0]))
+    return pids
+
+
+def live(sid: int) -> List[int]:
+    """PIDs of the running (not zombie) processes in session ``sid``."""
+    return [pid for pid, state in session_processes(sid) if state != "Z"]
+
+
+def assert_no_process_left(sid: int, seconds: float = 15) -> None:
+    """Waits up to ``seconds`` for session ``sid`` to empty; kills and fails
+    otherwise."""
+    deadline = time.time() + seconds
+    while live(sid) and time.time() < deadline:
+        time.sleep(0.2)
+    left = live(sid)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
+def children(pid: int) -> List[int]:
+    """Direct children of ``pid``, oldest first."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return sorted(int(x) for x in f.read().split())
+
+
+def rank_pids(launcher: int) -> List[int]:
+    """The rank processes of a launcher, by rank (spawned in rank order)."""
+    ranks = []
+    for pid in children(launcher):
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                if "spawn_main" in f.read():
+                    ranks.append(pid)
+        except OSError:
+            pass
+    return ranks
+
+
+class Run:
+    """The CLI in its own session, its output collected by threads.
+
+    Args:
+        cmd: the command line.
+        env: its environment.
+        marker: a line containing this sets `started`.
+    """
+
+    def __init__(self, cmd: List[str], env: Optional[Dict[str, str]] = None,
+                 marker: str = "iter ", cwd: Optional[str] = None):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     env=env, cwd=cwd,
+                                     start_new_session=True)
+        self.lines: List[str] = []
+        self.started = threading.Event()
+        self._marker = marker
+        self._readers = [threading.Thread(target=self._read, args=(s, ),
+                                          daemon=True)
+                         for s in (self.proc.stdout, self.proc.stderr)]
+        for t in self._readers:
+            t.start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.append(line)
+            if self._marker in line:
+                self.started.set()
+
+    def wait_started(self, timeout: float = 120) -> None:
+        assert self.started.wait(timeout), self.out[-3000:]
+
+    def finish(self, timeout: float = 90) -> int:
+        """Waits for the exit code; kills the session if it takes longer."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            for t in self._readers:
+                t.join(5)
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)

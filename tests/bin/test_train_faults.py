@@ -1,0 +1,199 @@
+"""What clusters do to a distributed run, each on a real process tree:
+preemption signals, a killed rank (with and without restarts, built-in
+launcher and torchrun), a stalled rank, a killed launcher."""
+import glob
+import os
+import signal
+import sys
+import time
+
+import pytest
+import torch
+
+from alf.trainers.evaluator import read_eval_csv
+from cli_harness import Run, assert_no_process_left, children, rank_pids
+from test_train_distributed import MP, REPO, TINY, _cmd
+
+# 64 env steps per iteration; a checkpoint every 1280.
+LONG = TINY + ["TrainerConfig.log_interval_seconds=0.2",
+               "TrainerConfig.eval_interval=20",
+               "TrainerConfig.checkpoint_interval=20",
+               "TrainerConfig.sync_check_interval=50"]
+
+
+def _env(tmp_path):
+    """The CLI's environment, with a private TMPDIR (to see what rendezvous
+    folders are left)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONUNBUFFERED="1",
+               OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def _rendezvous_left(tmp_path):
+    return glob.glob(str(tmp_path / "tmp" / "alf-rendezvous-*"))
+
+
+def _start(tmp_path, steps, extra=MP, params=(), cmd=None):
+    root = tmp_path / "run"
+    cmd = cmd or _cmd(root, LONG + [f"TrainerConfig.num_env_steps={steps}",
+                                    *params], extra=extra)
+    run = Run(cmd, env=_env(tmp_path), marker="steps/s", cwd=REPO)
+    run.wait_started()
+    return run, root
+
+
+def _wait_for_checkpoint(root, timeout=60):
+    deadline = time.time() + timeout
+    while not glob.glob(str(root / "ckpt" / "ckpt-*.pt")):
+        assert time.time() < deadline, "no checkpoint was written"
+        time.sleep(0.1)
+
+
+def _assert_finished(root, steps):
+    curve = read_eval_csv(str(root / "eval.csv"))["env_steps"]
+    assert curve == sorted(set(curve)), curve  # monotone, no repeats
+    assert curve[-1] == steps
+    for path in glob.glob(str(root / "ckpt" / "ckpt-*.pt")):
+        torch.load(path, weights_only=True)  # every checkpoint loads
+    assert os.path.exists(root / "ckpt" / f"ckpt-{steps}.pt")
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_preemption_signal_checkpoints_and_exits_conventionally(tmp_path,
+                                                                sig):
+    run, root = _start(tmp_path, 10_000_000)
+    start = time.time()
+    run.proc.send_signal(sig)  # to the launcher alone, as Kubernetes does
+    code = run.finish(timeout=30)
+    assert code == 128 + sig, run.out[-3000:]
+    assert time.time() - start < 10
+    name = signal.Signals(sig).name
+    assert run.out.count(f"{name}: stopped at") == 1, run.out[-3000:]
+    assert run.out.count("stopping after this iteration") == 1
+    assert "Traceback" not in run.out
+    assert_no_process_left(run.proc.pid)
+    assert not _rendezvous_left(tmp_path)
+    ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
+    assert ckpts
+    resumed = Run(_cmd(root, LONG + ["TrainerConfig.num_env_steps=2560"]),
+                  env=_env(tmp_path), cwd=REPO)
+    assert resumed.finish(timeout=120) == 0, resumed.out[-3000:]
+    assert "resumed from" in resumed.out
+
+
+@pytest.mark.timeout(200)
+def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
+    """A scheduler signals every process of the job: the environment
+    workers must not die before the ranks have checkpointed."""
+    run, root = _start(tmp_path, 10_000_000,
+                       params=["TrainerConfig.async_env=True"])
+    os.killpg(run.proc.pid, signal.SIGTERM)
+    assert run.finish(timeout=30) == 143, run.out[-3000:]
+    assert "SIGTERM: stopped at" in run.out and "Traceback" not in run.out
+    assert_no_process_left(run.proc.pid)
+    assert not _rendezvous_left(tmp_path)
+
+
+@pytest.mark.timeout(200)
+def test_sigusr1_checkpoints_and_training_goes_on(tmp_path):
+    run, root = _start(tmp_path, 10_000_000,
+                       params=["TrainerConfig.checkpoint_interval=100000"])
+    run.proc.send_signal(signal.SIGUSR1)
+    deadline = time.time() + 30
+    while "training goes on" not in run.out and time.time() < deadline:
+        time.sleep(0.1)
+    assert "SIGUSR1: checkpoint" in run.out, run.out[-3000:]
+    assert glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
+    assert run.proc.poll() is None  # still training
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish(timeout=30) == 130
+    assert_no_process_left(run.proc.pid)
+
+
+@pytest.mark.timeout(200)
+def test_a_killed_rank_is_named_with_its_signal(tmp_path):
+    run, root = _start(tmp_path, 10_000_000)
+    os.kill(rank_pids(run.proc.pid)[1], signal.SIGKILL)
+    assert run.finish(timeout=60) == 1
+    err = run.out.strip().splitlines()
+    assert any("rank 1 was killed by SIGKILL (exit -9" in ln for ln in err), \
+        run.out[-3000:]
+    assert "Connection reset" not in run.out and "Traceback" not in run.out
+    assert_no_process_left(run.proc.pid)
+    assert not _rendezvous_left(tmp_path)
+
+
+@pytest.mark.timeout(200)
+def test_a_stalled_rank_is_named_after_the_collective_timeout(tmp_path):
+    run, root = _start(tmp_path, 10_000_000,
+                       params=["collective_timeout.seconds=20"])
+    start = time.time()
+    os.kill(rank_pids(run.proc.pid)[1], signal.SIGSTOP)
+    assert run.finish(timeout=90) == 1, run.out[-3000:]
+    assert time.time() - start < 60
+    assert "rank 1 stopped answering" in run.out, run.out[-3000:]
+    assert "SIGSTOP" in run.out and "after 20 s" in run.out
+    assert "Traceback" not in run.out
+    assert_no_process_left(run.proc.pid)
+    with open(root / "config.gin") as f:  # the setting took effect
+        assert "collective_timeout.seconds = 20" in f.read()
+
+
+@pytest.mark.timeout(240)
+def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
+    steps = 12_800
+    run, root = _start(tmp_path, steps, extra=MP + ["--max_restarts", "1"])
+    _wait_for_checkpoint(root)
+    os.kill(rank_pids(run.proc.pid)[1], signal.SIGKILL)
+    assert run.finish(timeout=180) == 0, run.out[-3000:]
+    assert "rank 1 was killed by SIGKILL" in run.out
+    assert "restart 1 of 1" in run.out
+    assert "resumed from" in run.out
+    _assert_finished(root, steps)
+    assert_no_process_left(run.proc.pid)
+    assert not _rendezvous_left(tmp_path)
+
+
+def _torchrun_workers(agent: int):
+    """torchrun's workers: the agent's children running alf.bin.train."""
+    pids = []
+    for pid in children(agent):
+        with open(f"/proc/{pid}/cmdline") as f:
+            if "alf.bin.train" in f.read():
+                pids.append(pid)
+    return pids
+
+
+@pytest.mark.timeout(240)
+def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
+    steps = 12_800
+    root = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node", "2", "--max-restarts", "1",
+           "--monitor-interval", "0.2", "-m", "alf.bin.train", "--gin_file",
+           "ppo_cart_pole.gin", "--root_dir", str(root)]
+    for p in LONG + [f"TrainerConfig.num_env_steps={steps}"]:
+        cmd += ["--gin_param", p]
+    run, _ = _start(tmp_path, steps, cmd=cmd)
+    _wait_for_checkpoint(root)
+    os.kill(_torchrun_workers(run.proc.pid)[-1], signal.SIGKILL)
+    assert run.finish(timeout=180) == 0, run.out[-3000:]
+    assert "resumed from" in run.out
+    _assert_finished(root, steps)
+    assert_no_process_left(run.proc.pid)
+
+
+@pytest.mark.timeout(200)
+def test_a_killed_launcher_leaves_a_checkpoint_and_no_process(tmp_path):
+    run, root = _start(tmp_path, 10_000_000,
+                       params=["TrainerConfig.checkpoint_interval=100000"])
+    os.kill(run.proc.pid, signal.SIGKILL)  # the ranks get SIGTERM
+    run.finish(timeout=30)
+    assert_no_process_left(run.proc.pid, seconds=20)  # ranks, env workers
+    assert glob.glob(str(root / "ckpt" / "ckpt-*.pt"))  # saved on the way
+    assert not _rendezvous_left(tmp_path)
