@@ -262,7 +262,9 @@ def _supervise(rnd: _Round, got: List[int], stop_grace: float,
                 return
         rnd.watch()
         if rnd.failed_at is not None:
-            _signal_all(procs, process.ABORT_SIGNAL)
+            # The others usually fail on their own at once (their peer is
+            # gone); aborting them mid-way could break off their closing of
+            # environment workers.
             _stop(procs, crash_grace)
             return
         time.sleep(0.05)
