@@ -113,10 +113,11 @@ class Trainer:
             # Resumed: TensorBoard then hides the earlier run's events after
             # the checkpoint (its discarded future), as eval.csv sets them
             # aside.
-            purge = self.env_steps_at_start + 1 if self.env_steps_at_start \
-                else None
+            # A start without a checkpoint hides all earlier events (from a
+            # run that failed before its first checkpoint).
             self._writers[name] = SummaryWriter(
-                os.path.join(self.root_dir, name), purge_step=purge)
+                os.path.join(self.root_dir, name),
+                purge_step=self.env_steps_at_start + 1)
         return self._writers[name]
 
     def _save_operative_config(self) -> None:
@@ -164,6 +165,8 @@ class Trainer:
         if error is not None:
             raise error
         if state is None:
+            if self.is_chief:  # a restart that failed before any checkpoint
+                self._set_aside_discarded_evaluations()
             return
         try:
             self.algorithm.load_state_dict(state["algorithm"])
@@ -195,7 +198,8 @@ class Trainer:
         if aside:
             logging.warning("eval.csv has evaluations after %d env steps, "
                             "from training beyond the checkpoint resumed "
-                            "from; moved them to %s", self.env_steps, aside)
+                            "from (or from a run without checkpoint); moved "
+                            "them to %s", self.env_steps, aside)
 
     def _save_checkpoint(self) -> Optional[str]:
         if not self.is_chief:

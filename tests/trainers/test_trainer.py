@@ -180,6 +180,22 @@ def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
     assert [e.step for e in ea.Scalars("eval/average_return")] == steps
 
 
+def test_restart_before_any_checkpoint_sets_all_evaluations_aside(tmp_path):
+    """A run that failed before its first checkpoint starts afresh: its
+    evaluations all belong to the discarded history."""
+    root = str(tmp_path)
+    cfg = tiny_config(eval_interval=1, checkpoint_interval=100)
+    Trainer(root, config=cfg).train()
+    for path in glob.glob(os.path.join(root, "ckpt", "*.pt")):
+        os.remove(path)
+    Trainer(root, config=cfg).train()
+    from alf.trainers.evaluator import read_eval_csv
+    steps = [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
+    assert read_eval_csv(os.path.join(root, "eval.csv"))["env_steps"] == steps
+    aside = glob.glob(os.path.join(root, "eval-discarded-*.csv"))
+    assert len(aside) == 1 and read_eval_csv(aside[0])["env_steps"] == steps
+
+
 # ---- NaN loss -----------------------------------------------------------------
 NAN_ENV_ID = "AlfTestNanReward-v0"
 NAN_AFTER = 40  # steps of one environment; iteration 3 covers steps 33..48
