@@ -3,8 +3,10 @@
 `train` runs in one process; distributed training runs it in every rank with
 the process group already set up. Rank 0 alone writes files and the console.
 """
+import errno
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -221,6 +223,10 @@ class Trainer:
             self._build()
             restore_handlers = _install_interrupt_handler(self)
             return self._train()
+        except OSError as e:
+            if e.errno not in _DISK_ERRNOS:
+                raise
+            raise TrainingError(_disk_failure(self.root_dir, e)) from e
         finally:
             # Closing under the handlers: a repeated signal must not break
             # off the closing of environments.
@@ -414,6 +420,23 @@ class Trainer:
                     getattr(self, "_evaluator", None)):
             if env is not None:
                 env.close()
+
+
+# A write into ROOT_DIR that fails for these is the disk's fault, not a bug.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
+
+def _disk_failure(root_dir: str, error: OSError) -> str:
+    """One line for a summary, eval.csv or config.gin write that failed
+    (checkpoint writes say so themselves)."""
+    try:
+        free = f"{shutil.disk_usage(root_dir).free} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return (f"cannot write {error.filename or root_dir}: "
+            f"{error.strerror or error} ({free}); the checkpoints already "
+            "saved are intact; free some space (or use another --root_dir) "
+            "and run the same command to resume")
 
 
 def _install_interrupt_handler(trainer: Trainer):

@@ -196,6 +196,25 @@ def test_restart_before_any_checkpoint_sets_all_evaluations_aside(tmp_path):
     assert len(aside) == 1 and read_eval_csv(aside[0])["env_steps"] == steps
 
 
+def test_full_disk_while_writing_eval_csv_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    import alf.trainers.trainer as trainer_module
+
+    def full(root_dir, env_steps, metrics):
+        raise OSError(errno.ENOSPC, "No space left on device",
+                      os.path.join(root_dir, "eval.csv"))
+
+    monkeypatch.setattr(trainer_module, "append_eval_csv", full)
+    with pytest.raises(TrainingError) as info:
+        Trainer(str(tmp_path), config=tiny_config(eval_interval=1)).train()
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"cannot write {tmp_path}/eval.csv: No space left "
+                          "on device ("), msg
+    assert "bytes free" in msg and "run the same command to resume" in msg
+
+
 # ---- NaN loss -----------------------------------------------------------------
 NAN_ENV_ID = "AlfTestNanReward-v0"
 NAN_AFTER = 40  # steps of one environment; iteration 3 covers steps 33..48
