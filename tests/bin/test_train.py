@@ -402,3 +402,11 @@ def test_ctrl_c_saves_checkpoint_and_resumes(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     resumed = [ln for ln in res.stderr.splitlines() if "resumed from" in ln]
     assert len(resumed) == 1 and newest in resumed[0], res.stderr
+
+
+@pytest.mark.timeout(120)
+def test_num_processes_without_multi_process_is_one_line(tmp_path):
+    res = run_cli(tmp_path / "run", extra=["--num_processes", "4"])
+    assert_one_line_error(res, "--num_processes 4", "--distributed "
+                          "multi-process", "--distributed none")
+    assert not (tmp_path / "run").exists()
