@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from alf import nest
+from alf.utils import distributed
 from alf.utils.memory import check_allocation
 
 
@@ -32,6 +33,8 @@ class ReplayBuffer(nn.Module):
                  include_in_checkpoint: bool = False,
                  device: Optional[torch.device] = None):
         super().__init__()
+        # Each rank keeps its own experience: DDP must never sync it.
+        distributed.exclude_from_ddp(self)
         if capacity < 1 or batch_size < 1:
             raise ValueError(f"capacity ({capacity}) and batch_size "
                              f"({batch_size}) must be positive")

@@ -26,10 +26,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 __all__ = [
     "DistributedError", "data_distributed", "data_distributed_when",
-    "make_ddp_performer", "activate_ddp", "is_distributed", "get_rank",
-    "get_world_size", "process_group", "all_reduce_sum", "all_reduce_mean",
-    "standardize", "standardize_parts", "check_weights_equal",
-    "broadcast_object", "local_device", "uses_gpus"
+    "make_ddp_performer", "activate_ddp", "exclude_from_ddp",
+    "is_distributed", "get_rank", "get_world_size", "process_group",
+    "all_reduce_sum", "all_reduce_mean", "standardize", "standardize_parts",
+    "check_weights_equal", "broadcast_object", "local_device", "uses_gpus"
 ]
 
 
@@ -251,12 +251,30 @@ def standardize_parts(parts: List[torch.Tensor],
 
 
 # ---- which state DDP must leave alone ---------------------------------------
-def _replay_buffer_names(module: nn.Module) -> List[str]:
-    """Names (relative to ``module``) of every buffer under a ReplayBuffer."""
-    from alf.replay_buffers import ReplayBuffer
+def exclude_from_ddp(module: nn.Module) -> nn.Module:
+    """Marks ``module``'s buffers (its submodules' included) as rank-local.
+
+    DDP never broadcasts them, `activate_ddp` does not overwrite them with
+    rank 0's and `check_weights_equal` does not compare them: each rank keeps
+    its own. `ReplayBuffer` calls it on itself, so that this module knows
+    which buffers hold experience without importing the replay buffers
+    (which import it). A marked module should hold no parameters.
+
+    Returns:
+        ``module``.
+    """
+    # An attribute, not a registry: it follows the module through deepcopy
+    # and pickling (actor processes get copies of the algorithm).
+    module.__dict__["_alf_exclude_from_ddp"] = True
+    return module
+
+
+def _excluded_buffer_names(module: nn.Module) -> List[str]:
+    """Names (relative to ``module``) of every buffer under a module marked
+    with `exclude_from_ddp`."""
     names = []
     for prefix, sub in module.named_modules():
-        if isinstance(sub, ReplayBuffer):
+        if sub.__dict__.get("_alf_exclude_from_ddp", False):
             names += [f"{prefix}.{n}" if prefix else n
                       for n, _ in sub.named_buffers()]
     return names
@@ -265,10 +283,10 @@ def _replay_buffer_names(module: nn.Module) -> List[str]:
 def synced_state(module: nn.Module) -> List[Tuple[str, torch.Tensor]]:
     """Parameters and buffers that must be equal on every rank.
 
-    Everything except the buffers of `ReplayBuffer` submodules (each rank
-    keeps its own experience).
+    Everything except the buffers of modules marked with `exclude_from_ddp`
+    (replay buffers: each rank keeps its own experience).
     """
-    skip = set(_replay_buffer_names(module))
+    skip = set(_excluded_buffer_names(module))
     state = [(n, p.data) for n, p in module.named_parameters()]
     state += [(n, b) for n, b in module.named_buffers() if n not in skip]
     return state
@@ -320,7 +338,7 @@ def make_ddp_performer(module: nn.Module,
             Replay-buffer storage is always excluded.
     """
     performer = _MethodPerformer(module)
-    ignore = ["module." + n for n in _replay_buffer_names(module)]
+    ignore = ["module." + n for n in _excluded_buffer_names(module)]
     DDP._set_params_and_buffers_to_ignore_for_model(performer, ignore)
     device = next(module.parameters()).device
     device_ids = [device.index] if device.type == "cuda" else None

@@ -1,4 +1,7 @@
 """Distributed contract tests with 2 real gloo processes (1 thread each)."""
+import subprocess
+import sys
+
 import gin
 import gymnasium as gym
 import pytest
@@ -66,7 +69,8 @@ def test_two_ranks_equal_one_process_ppo_update():
     fresh = PPOAlgorithm(gym.spaces.Box(-10, 10, (OBS, )),
                          gym.spaces.Discrete(2),
                          TrainerConfig(algorithm_ctor=PPOAlgorithm,
-                                       num_envs=B, unroll_length=T))
+                                       num_envs=B, unroll_length=T,
+                                       mini_batch_size=T * B))
     w = "actor.encoder.layers.0.weight"
     assert not torch.allclose(fresh.state_dict()[w], single[w])
 
@@ -112,6 +116,22 @@ def test_activation_broadcasts_weights_but_never_replay_buffers():
     assert torch.equal(r1[3][0], torch.full((2, 3), 1.0))
     # The DDP module is cached on the module but is not a submodule.
     assert not any("module." in k or "performer" in k for k in r0[4])
+
+
+def test_rank_local_state_is_marked_not_imported():
+    """Replay buffers mark themselves (`exclude_from_ddp`); any module can
+    be marked; distributed.py does not import alf.replay_buffers."""
+    m = WithReplay()
+    m.local = distributed.exclude_from_ddp(nn.Module())
+    m.local.register_buffer("own", torch.zeros(1))
+    names = [n for n, _ in distributed.synced_state(m)]
+    assert names == ["lin.weight", "lin.bias", "stat"]
+    assert "replay_buffer._num_added" in dict(m.named_buffers())
+    code = ("import sys, alf.utils.distributed; "
+            "print('alf.replay_buffers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def _drift_by_name(rank, what):
