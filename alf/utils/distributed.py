@@ -16,13 +16,17 @@ import os
 import shutil
 import tempfile
 import zlib
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import gin
 import torch
 import torch.distributed as dist
+from absl import logging
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from alf.utils import unused_parameters
+from alf.utils.errors import ConfigError
 
 __all__ = [
     "DistributedError", "data_distributed", "data_distributed_when",
@@ -302,7 +306,9 @@ class _MethodPerformer(nn.Module):
     each reducer hooks every parameter, and once one of them has a parameter
     without gradient (PPG's auxiliary head in the policy phase) the next
     backward through the other fails ("Encountered gradient which is
-    undefined, but still allreduced by DDP reducer", torch 2.13).
+    undefined, but still allreduced by DDP reducer", torch 2.13). So
+    unused-parameter detection is on or off for all of a module's methods
+    at once (see `make_ddp_performer`).
     """
 
     def __init__(self, module: nn.Module):
@@ -313,19 +319,36 @@ class _MethodPerformer(nn.Module):
         return method(self.module, *args, **kwargs)
 
 
-@gin.configurable
+@gin.configurable(denylist=["init_sync"])
 def make_ddp_performer(module: nn.Module,
-                       find_unused_parameters: bool = False,
+                       find_unused_parameters: Union[bool, str] = "auto",
                        bucket_cap_mb: float = 25.0,
                        gradient_as_bucket_view: bool = True,
                        static_graph: bool = False,
-                       broadcast_buffers: bool = False) -> DDP:
+                       broadcast_buffers: bool = False,
+                       init_sync: bool = True) -> DDP:
     """Builds the DDP module through which ``module``'s decorated methods run.
 
     Args:
         module: the module whose parameters the methods use.
-        find_unused_parameters: set when some parameters get no gradient in
-            some calls (PPG's auxiliary head in the policy phase).
+        find_unused_parameters: whether DDP looks, in every call, for
+            parameters that the call leaves without gradient (PPG's
+            auxiliary head in the policy phase; an actor loss and a critic
+            loss with their own optimizers). That search costs a walk of the
+            autograd graph and an extra all-reduce per call, so it is off
+            unless needed. ``'auto'`` (default): the first call of each
+            decorated method runs outside DDP and its output's graph is
+            walked (with those of earlier first calls whose outputs wait
+            for the same backward); if that backward would leave any
+            parameter without gradient on any rank (one all-reduce, first
+            calls only), rank 0 logs the method and the parameters, and the
+            module's DDP module is rebuilt with the search on, for all its
+            methods (off again if methods summed into one backward use
+            every parameter together). Calls after a method's first cost
+            nothing extra. A method whose first call reaches every
+            parameter but a later call does not stops with a one-line
+            error naming it; so does any such method under ``False``.
+            ``True``: always on, no first-call check.
         bucket_cap_mb: DDP's gradient bucket size.
         gradient_as_bucket_view: gradients alias DDP's buckets (saves a
             copy).
@@ -336,21 +359,47 @@ def make_ddp_performer(module: nn.Module,
             owner (normalisers all-reduce their statistics) and verified by
             `check_weights_equal`; a per-call broadcast cost 0.5-1 ms on CPU.
             Replay-buffer storage is always excluded.
+        init_sync: let DDP check shapes and broadcast rank 0's state (not
+            settable from gin). False when rebuilt during a call: the
+            output's graph holds the parameters, which a broadcast would
+            overwrite in place.
+
+    Returns:
+        The DDP module; its ``alf_auto_unused`` attribute says whether the
+        first call of each method must be checked ('auto').
+
+    Raises:
+        ConfigError: for a ``find_unused_parameters`` other than True,
+            False or 'auto'.
     """
+    if find_unused_parameters not in (True, False, "auto"):
+        raise ConfigError(
+            f"make_ddp_performer.find_unused_parameters = "
+            f"{find_unused_parameters!r}: expected True, False or 'auto'")
+    # A static graph finds its unused parameters itself (they must not
+    # change), so 'auto' has nothing to decide there. Before torch 2.6 DDP
+    # cannot be built without broadcasting into the parameters, which
+    # 'auto' must do during a call: there the search is always on.
+    ddp_args = inspect.signature(DDP.__init__).parameters
+    auto, find = False, find_unused_parameters
+    if find_unused_parameters == "auto":
+        auto = not static_graph and "init_sync" in ddp_args
+        find = not static_graph and not auto
+    kwargs = {} if init_sync else {"init_sync": False}
+    # torch >= 2.13 renamed broadcast_buffers to forward_sync_buffers.
+    kwargs["forward_sync_buffers" if "forward_sync_buffers" in ddp_args
+           else "broadcast_buffers"] = broadcast_buffers
     performer = _MethodPerformer(module)
     ignore = ["module." + n for n in _excluded_buffer_names(module)]
     DDP._set_params_and_buffers_to_ignore_for_model(performer, ignore)
     device = next(module.parameters()).device
     device_ids = [device.index] if device.type == "cuda" else None
-    # torch >= 2.13 renamed broadcast_buffers to forward_sync_buffers.
-    sync_kw = ("forward_sync_buffers" if "forward_sync_buffers"
-               in inspect.signature(DDP.__init__).parameters else
-               "broadcast_buffers")
-    return DDP(performer, device_ids=device_ids,
-               find_unused_parameters=find_unused_parameters,
-               bucket_cap_mb=bucket_cap_mb,
-               gradient_as_bucket_view=gradient_as_bucket_view,
-               static_graph=static_graph, **{sync_kw: broadcast_buffers})
+    ddp = DDP(performer, device_ids=device_ids,
+              find_unused_parameters=find, bucket_cap_mb=bucket_cap_mb,
+              gradient_as_bucket_view=gradient_as_bucket_view,
+              static_graph=static_graph, **kwargs)
+    ddp.alf_auto_unused = auto
+    return ddp
 
 
 @gin.configurable
@@ -401,15 +450,18 @@ class _CallOrderHook:
             out = f.value()[0]
             sums = out[-2 * n:].double()
             if not torch.equal(self.world_size * sums[n:], sums[:n]**2):
-                raise DistributedError(
-                    f"call order differs across ranks: on rank {get_rank()}, "
-                    f"DDP call #{pending[1]} of this module ran {pending[0]}, "
-                    "while another rank ran a different method or call "
-                    "number; every rank must call the data-distributed "
-                    "methods of a module in the same order")
+                raise _call_order_error(*pending)
             return out[:-2 * n]
 
         return fut.then(finish)
+
+
+def _call_order_error(name: str, call: int) -> DistributedError:
+    return DistributedError(
+        f"call order differs across ranks: on rank {get_rank()}, DDP call "
+        f"#{call} of this module ran {name}, while another rank ran a "
+        "different method or call number; every rank must call the "
+        "data-distributed methods of a module in the same order")
 
 
 def _call_order_comm_hook(state: _CallOrderHook, bucket: dist.GradBucket
@@ -436,21 +488,110 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 # Without gradients there is nothing to all-reduce, and
                 # evaluation (rank 0 only) must never enter a collective.
                 return method(self, *args, **kwargs)
-            if state["performer"] is None:
-                state["performer"] = make_ddp_performer(self)
-                if state["check_order"]:
-                    state["hook"] = _CallOrderHook(get_world_size())
-                    state["performer"].register_comm_hook(
-                        state["hook"], _call_order_comm_hook)
+            performer = state["performer"]
+            if performer is None:
+                performer = state["performer"] = _new_performer(self, state)
             if state["hook"] is not None:
                 state["calls"] += 1
                 state["hook"].tag(name, state["calls"])
-            return state["performer"](method, *args, **kwargs)
+            if performer.alf_auto_unused and name not in state["checked"]:
+                return _first_call(self, state, name, method, args, kwargs)
+            return _perform(self, state, name, method, *args, **kwargs)
 
         wrapper._alf_data_distributed = True
         return wrapper
 
     return decorator
+
+
+def _perform(module: nn.Module, state: dict, name: str, method: Callable,
+             *args, **kwargs):
+    """Calls ``method`` through the module's DDP module."""
+    performer = state["performer"]
+    try:
+        output = performer(method, *args, **kwargs)
+    except RuntimeError as e:
+        # Raised by DDP before the method runs, about the call before this
+        # one: the raw text advises a DDP argument alf users never pass.
+        if unused_parameters.DDP_UNREDUCED in str(e):
+            raise unused_parameters.unreduced_error(
+                module, state["last"], performer.alf_auto_unused,
+                str(e)) from None
+        raise
+    state["last"] = name
+    return output
+
+
+def _new_performer(module: nn.Module, state: dict, **kwargs) -> DDP:
+    """`make_ddp_performer` (``kwargs`` override gin), with the call-order
+    hook when it is on."""
+    performer = make_ddp_performer(module, **kwargs)
+    if state["check_order"]:
+        if state["hook"] is None:
+            state["hook"] = _CallOrderHook(get_world_size())
+        performer.register_comm_hook(state["hook"], _call_order_comm_hook)
+    return performer
+
+
+def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
+                args: tuple, kwargs: dict):
+    """The first call of ``name`` under ``find_unused_parameters='auto'``.
+
+    The method runs outside DDP and the decision is taken on its output's
+    graph (with the outputs it will be backpropagated with, if any: see
+    `unused_parameters.FirstCalls`); then the output passes through the
+    module's DDP module (rebuilt if the decision changes the search),
+    whose forward returns it as is and prepares the reducer for its
+    backward, as if it had computed it. Running the method once, not a
+    probe and then the real call, keeps its side effects (random numbers
+    drawn, counters) those of one call.
+    """
+    output = method(module, *args, **kwargs)
+    # Tags of (method, call number) ride along, as in the gradient
+    # all-reduce: two ranks in different first calls fail here instead of
+    # pairing up their decisions.
+    tag = 0.0
+    if state["check_order"]:
+        tag = float(zlib.crc32(f"{name}#{state['calls']}".encode()) % 2**24)
+    found = state["first_calls"].decide(module, name, output, tag)
+    if not found.same_call:
+        raise _call_order_error(name, state["calls"])
+    state["checked"].add(name)
+    unused = unused_parameters.describe(found.unused)
+    together = " and ".join(found.joined + [name])
+    if found.joint and found.unused:
+        # DDP's search would see only this call's output and count the
+        # earlier calls' parameters as unused: "marked ready twice".
+        raise DistributedError(
+            f"{together} are backpropagated together and leave {unused} "
+            "without gradient, which DDP cannot reduce; call backward after "
+            "each data-distributed call, or compute the losses in one "
+            "data-distributed method")
+    search = bool(found.unused)
+    if search == state["performer"].find_unused_parameters:
+        return _perform(module, state, name, lambda _module: output)
+    old = state["performer"]
+    old._remove_autograd_hooks()  # this backward is the new one's
+    if found.joint:
+        # The earlier outputs went through ``old``, whose backward (DDP's
+        # sink) needs it: this output's graph keeps it until then.
+        unused_parameters.keep_until_backward(output, old)
+    performer = state["performer"] = _new_performer(
+        module, state, find_unused_parameters=search, init_sync=False)
+    performer.alf_auto_unused = True  # later first calls are checked too
+    if get_rank() == 0 and search:
+        logging.info(
+            "%s leaves %d parameter(s) without gradient (%s): alf turned on "
+            "DDP's unused-parameter search for every data-distributed method "
+            "of %s (make_ddp_performer.find_unused_parameters = 'auto'; set "
+            "it to True to skip this first-call check)", name,
+            len(found.unused), unused, type(module).__name__)
+    elif get_rank() == 0:
+        logging.info(
+            "%s are backpropagated together and use every parameter: alf "
+            "turned DDP's unused-parameter search off again for %s", together,
+            type(module).__name__)
+    return _perform(module, state, name, lambda _module: output)
 
 
 def data_distributed(method):
@@ -464,6 +605,10 @@ def data_distributed(method):
     methods) so that gradients are averaged across ranks in backward. The DDP
     module is cached on the module but is not a submodule: it never enters
     ``state_dict``. Outside that, the method runs untouched.
+
+    A method may leave some parameters without gradient (an actor loss
+    leaves the critic): the first call of each method finds out and sets DDP
+    up for it (`make_ddp_performer`'s ``find_unused_parameters='auto'``).
 
     Several decorated methods on one module must be called in the same order
     on every rank; `call_order_check` verifies it at each call, inside the
@@ -484,7 +629,14 @@ def activate_ddp(module: nn.Module) -> None:
     for sub in module.modules():
         sub.__dict__["_alf_ddp"] = {"performer": None, "hook": None,
                                     "calls": 0,
-                                    "check_order": call_order_check()}
+                                    "check_order": call_order_check(),
+                                    # methods whose first call was checked
+                                    # for unused parameters ('auto')
+                                    "checked": set(),
+                                    "first_calls":
+                                    unused_parameters.FirstCalls(),
+                                    # the last method called through DDP
+                                    "last": None}
     tensors = [t for _, t in synced_state(module)]
     with torch.no_grad():
         for t in tensors:

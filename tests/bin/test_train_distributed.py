@@ -136,6 +136,50 @@ def test_a_crashing_rank_ends_the_run_with_its_traceback_once(tmp_path):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("find_unused", [None, "False"])
+def test_user_algorithm_whose_losses_leave_parameters_unused(tmp_path,
+                                                             find_unused):
+    """tests/bin/two_loss_algorithm.py: an actor loss and a critic loss
+    with their own optimizers, each leaving the other network without
+    gradient, and no find_unused_parameters line: alf turns DDP's search
+    on by itself (one log line); explicitly False is one error line."""
+    here = os.path.dirname(__file__)
+    params = ["TrainerConfig.num_env_steps=2048",
+              "TrainerConfig.eval_interval=8",
+              "TrainerConfig.num_eval_episodes=2",
+              "TrainerConfig.sync_check_interval=1"]
+    if find_unused:
+        params.append(f"make_ddp_performer.find_unused_parameters="
+                      f"{find_unused}")
+    res = _run(_cmd(tmp_path, params,
+                    gin_file=os.path.join(here, "two_loss_a2c.gin")),
+               env=dict(os.environ, PYTHONPATH=here))
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    critic = ("critic.encoder.layers.0.weight, critic.encoder.layers.0.bias, "
+              "critic.encoder.layers.1.weight, critic.encoder.layers.1.bias, "
+              "critic.head.weight, critic.head.bias")
+    if find_unused is None:
+        assert res.returncode == 0, res.stderr[-3000:]
+        steps = read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"]
+        assert steps[-1] == 2048
+        assert res.stderr.count("without gradient") == 1, res.stderr
+        assert (f"TwoLossA2C.actor_loss leaves 6 parameter(s) without "
+                f"gradient ({critic}): alf turned on DDP's unused-parameter "
+                "search") in res.stderr
+    else:
+        assert res.returncode == 1, res.stderr[-3000:]
+        errors = [line for line in res.stderr.splitlines()
+                  if "error" in line.lower()]
+        assert errors == [
+            f"alf.bin.train: error: TwoLossA2C.actor_loss left parameters "
+            f"without gradient ({critic}) while make_ddp_performer."
+            "find_unused_parameters = False; add `make_ddp_performer."
+            "find_unused_parameters = True` to the gin file (or, if its "
+            "output is not a loss, call it under torch.no_grad())"], \
+            res.stderr
+
+
+@pytest.mark.timeout(200)
 def test_torchrun_standalone_trains(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc_per_node", "2", "-m", "alf.bin.train", "--gin_file",

@@ -1,4 +1,5 @@
 """Distributed contract tests with 2 real gloo processes (1 thread each)."""
+import logging
 import subprocess
 import sys
 
@@ -6,6 +7,7 @@ import gin
 import gymnasium as gym
 import pytest
 import torch
+from absl import logging as absl_logging
 from torch import nn
 
 from alf import nest
@@ -16,6 +18,7 @@ from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
 from alf.utils.distributed import (activate_ddp, check_weights_equal,
                                    data_distributed, data_distributed_when)
+from alf.utils.errors import ConfigError
 from distributed_harness import run_ranks, values
 
 pytestmark = pytest.mark.timeout(120)
@@ -162,35 +165,209 @@ class TwoHeads(nn.Module):
         self.trunk = nn.Linear(3, 4)
         self.head_a = nn.Linear(4, 1)
         self.head_b = nn.Linear(4, 1)  # unused by loss_a
+        self.use_b = False
 
     @data_distributed
     def loss_a(self, x):
-        return self.head_a(self.trunk(x)).mean()
+        out = self.head_a(torch.tanh(self.trunk(x)))
+        if self.use_b:
+            out = out + self.head_b(self.trunk(x))
+        return out.square().mean()
 
 
-def _unused(rank, find_unused):
+def _unused(rank, find_unused, use_b_at=()):
+    """Trains loss_a 3 times; ``use_b_at``: the calls that also use head_b
+    (all ranks)."""
     gin.bind_parameter("make_ddp_performer.find_unused_parameters",
                        find_unused)
     torch.manual_seed(0)
     m = TwoHeads()
     activate_ddp(m)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    for _ in range(3):
+    for i in range(3):
+        m.use_b = i in use_b_at
         opt.zero_grad()
         m.loss_a(torch.randn(5, 3) + rank).backward()
         opt.step()
     check_weights_equal(m)
-    return True
+    return m.__dict__["_alf_ddp"]["performer"].find_unused_parameters
 
 
-def test_unused_head_fails_clearly_without_find_unused_parameters():
-    for r in run_ranks(_unused, False):
-        assert not r.ok
-        assert "find_unused_parameters" in r.value[1]
+def _one_line_config_errors(results, method="TwoHeads.loss_a"):
+    for r in results:
+        assert not r.ok and r.value[0] == "ConfigError", r.value
+        assert "\n" not in r.value[1], r.value[1]
+        assert r.value[1].startswith(
+            f"{method} left parameters without gradient (head_b.weight, "
+            "head_b.bias)"), r.value[1]
+        assert ("add `make_ddp_performer.find_unused_parameters = True` to "
+                "the gin file") in r.value[1]
+    return [r.value[1] for r in results]
+
+
+def test_unused_head_with_detection_off_is_one_line_naming_it():
+    """DDP's own error (about 'parameter indices 4 5', at the next call)
+    becomes one line: the method, the parameters by name, the gin fix."""
+    for msg in _one_line_config_errors(run_ranks(_unused, False)):
+        assert "while make_ddp_performer.find_unused_parameters = False" \
+            in msg
 
 
 def test_unused_head_works_with_find_unused_parameters():
     assert values(run_ranks(_unused, True)) == [True, True]
+
+
+def test_auto_turns_detection_on_for_an_unused_head():
+    assert values(run_ranks(_unused, "auto")) == [True, True]
+
+
+def test_auto_keeps_detection_off_when_every_parameter_is_used():
+    assert values(run_ranks(_unused, "auto", (0, 1, 2))) == [False, False]
+
+
+def test_auto_names_a_method_whose_later_call_leaves_parameters_unused():
+    """The first call (which 'auto' judges) uses head_b, the second not."""
+    for msg in _one_line_config_errors(run_ranks(_unused, "auto", (0, ))):
+        assert "in a later call, although its first call" in msg
+
+
+class ActorCritic(nn.Module):
+    """Two decorated losses, each leaving the other's network unused."""
+
+    def __init__(self):
+        super().__init__()
+        self.actor = nn.Sequential(nn.Linear(3, 4), nn.Tanh(),
+                                   nn.Linear(4, 2))
+        self.critic = nn.Sequential(nn.Linear(3, 4), nn.Tanh(),
+                                    nn.Linear(4, 1))
+
+    @data_distributed
+    def actor_loss(self, x):
+        return self.actor(x).log_softmax(-1)[:, 0].mean()
+
+    @data_distributed
+    def critic_loss(self, x):
+        return self.critic(x).square().mean()
+
+
+def _actor_critic(rank, world_size=2, summed=False, spare=False):
+    """Gradients of 3 rounds of actor_loss then critic_loss, each with its
+    own backward (``summed``: one backward of their sum), on rank
+    ``rank``'s half of each batch (the whole batch with ``world_size`` 1);
+    the methods whose first call was checked; this rank's absl log.
+    ``spare``: a layer that neither loss uses."""
+    torch.manual_seed(0)
+    m = ActorCritic()
+    if spare:
+        m.spare = nn.Linear(2, 2)
+    activate_ddp(m)
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    absl_logging.get_absl_logger().addHandler(handler)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    g = torch.Generator().manual_seed(7)  # the same batches on every rank
+    grads = []
+    for _ in range(3):
+        for losses in ([(m.actor_loss, m.critic_loss)] if summed else
+                       [(m.actor_loss, ), (m.critic_loss, )]):
+            m.zero_grad(set_to_none=True)
+            x = torch.randn(2, 6, 3, generator=g)
+            x = x[rank] if world_size == 2 else x.flatten(0, 1)
+            sum(loss(x) for loss in losses).backward()
+            grads.append({n: None if p.grad is None else p.grad.clone()
+                          for n, p in m.named_parameters()})
+    state = m.__dict__.get("_alf_ddp")
+    return grads, state and sorted(state["checked"]), records
+
+
+def _check_grads(ranks, single):
+    """Each rank's gradients equal one process's on the whole batch."""
+    (g0, _, _), (g1, _, _) = ranks
+    for i, ref in enumerate(single):
+        for n, want in ref.items():
+            if want is None:
+                assert g0[i][n] is None and g1[i][n] is None, (i, n)
+                continue
+            assert torch.equal(g0[i][n], g1[i][n]), (i, n)
+            assert torch.allclose(g0[i][n], want, atol=1e-6), (i, n)
+
+
+def test_auto_two_methods_each_leaving_parameters_unused():
+    """An actor loss and a critic loss with their own backward, no config
+    line: each call's gradients are the whole batch's (2 ranks x half ==
+    1 process x all), the other network's stay None, and rank 0 alone logs
+    one line naming the method and the parameters."""
+    ranks = values(run_ranks(_actor_critic))
+    single, _, _ = _actor_critic(0, world_size=1)
+    for i, grads in enumerate(single):  # the comparison means something
+        unused = "critic" if i % 2 == 0 else "actor"
+        assert all((g is None) == n.startswith(unused)
+                   for n, g in grads.items())
+    _check_grads(ranks, single)
+    (_, checked0, log0), (_, checked1, log1) = ranks
+    assert checked0 == checked1 == ["ActorCritic.actor_loss",
+                                    "ActorCritic.critic_loss"]
+    assert log1 == []
+    assert log0 == [
+        "ActorCritic.actor_loss leaves 4 parameter(s) without gradient "
+        "(critic.0.weight, critic.0.bias, critic.2.weight, critic.2.bias): "
+        "alf turned on DDP's unused-parameter search for every "
+        "data-distributed method of ActorCritic (make_ddp_performer."
+        "find_unused_parameters = 'auto'; set it to True to skip this "
+        "first-call check)"]
+
+
+def test_auto_two_methods_backpropagated_together():
+    """The two losses summed into one backward (which worked with the search
+    off, and fails in DDP with it on: 'marked ready twice'): 'auto' sees
+    that the first output is still waiting for its backward and judges
+    both together."""
+    ranks = values(run_ranks(_actor_critic, 2, True))
+    _check_grads(ranks, _actor_critic(0, 1, True)[0])
+    log0 = ranks[0][2]
+    assert len(log0) == 2 and log0[0].startswith(
+        "ActorCritic.actor_loss leaves 4 parameter(s)"), log0
+    assert log0[1] == (
+        "ActorCritic.actor_loss and ActorCritic.critic_loss are "
+        "backpropagated together and use every parameter: alf turned DDP's "
+        "unused-parameter search off again for ActorCritic")
+
+
+def test_auto_methods_backpropagated_together_leaving_some_unused():
+    for r in run_ranks(_actor_critic, 2, True, True):
+        assert not r.ok and r.value[0] == "DistributedError", r.value
+        assert r.value[1].startswith(
+            "ActorCritic.actor_loss and ActorCritic.critic_loss are "
+            "backpropagated together and leave spare.weight, spare.bias "
+            "without gradient, which DDP cannot reduce"), r.value[1]
+
+
+def _rank_dependent_use(rank):
+    """Only rank 1's first call uses head_b: both must still decide alike
+    (the union), or the next backward would hang."""
+    torch.manual_seed(0)
+    m = TwoHeads()
+    activate_ddp(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for i in range(3):
+        m.use_b = rank == 1 and i == 0
+        opt.zero_grad()
+        m.loss_a(torch.randn(5, 3) + rank).backward()
+        opt.step()
+    check_weights_equal(m)
+    return m.__dict__["_alf_ddp"]["performer"].find_unused_parameters
+
+
+def test_auto_decides_alike_when_ranks_use_different_parameters():
+    assert values(run_ranks(_rank_dependent_use)) == [True, True]
+
+
+def test_find_unused_parameters_must_be_true_false_or_auto():
+    with pytest.raises(ConfigError, match="'yes': expected True, False or "
+                       "'auto'"):
+        distributed.make_ddp_performer(nn.Linear(1, 1),
+                                       find_unused_parameters="yes")
 
 
 # ---- call order -----------------------------------------------------------
