@@ -103,6 +103,7 @@ def test_ctrl_c_stops_every_process_saves_and_resumes(tmp_path):
     assert elapsed < 10, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in text
     assert sum("SIGINT: stopped at" in ln for ln in text.splitlines()) == 1
+    assert text.count("stopping after this iteration") == 1, text[-3000:]
     time.sleep(0.5)
     assert session_processes(proc.pid) == []  # no zombie or orphan
     assert list((tmp_path / "ckpt").glob("ckpt-*.pt"))
