@@ -18,12 +18,14 @@ loss). Two modes:
   in every round (rotating order): one PPO-shaped loss using every
   parameter (auto, False, True), and an actor loss and a critic loss with
   their own backward (auto, True); plus the first call's cost under 'auto'.
+  Short blocks, many rounds: on a shared machine the load changes within
+  seconds, and paired ratios of adjacent blocks cancel it.
 
     python benchmarks/unused_parameters_cost.py [--repeats 3] \
         [--num_env_steps 50000] [--variants auto,False,True]
     PYTHONPATH=tests/bin python benchmarks/unused_parameters_cost.py \
         --gin_file tests/bin/two_loss_a2c.gin --variants auto,True
-    python benchmarks/unused_parameters_cost.py --mode calls [--blocks 20]
+    python benchmarks/unused_parameters_cost.py --mode calls [--blocks 150]
 """
 import argparse
 import multiprocessing as mp
@@ -195,9 +197,9 @@ def main():
     parser.add_argument("--gin_file", action="append", default=None,
                         help="train mode; default: ppo_cart_pole.gin")
     parser.add_argument("--gin_param", action="append", default=[])
-    parser.add_argument("--blocks", type=int, default=20,
+    parser.add_argument("--blocks", type=int, default=150,
                         help="calls mode: rounds, each one block per variant")
-    parser.add_argument("--steps", type=int, default=100,
+    parser.add_argument("--steps", type=int, default=20,
                         help="calls mode: steps per block")
     parser.add_argument("--batch", type=int, default=128,
                         help="calls mode: batch size per rank")
