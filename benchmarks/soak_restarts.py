@@ -102,10 +102,17 @@ def main():
     t0 = time.time()
     proc, lines = _start(disturbed, args.steps, args.max_restarts)
     calm, calm_lines = _start(undisturbed, args.steps, 0)
-    kills = []
-    while proc.poll() is None:
+    kills, ended = [], {}
+
+    def poll():
+        for name, p in (("disturbed", proc), ("undisturbed", calm)):
+            if p.poll() is not None and name not in ended:
+                ended[name] = time.time() - t0
+        return proc.poll()
+
+    while poll() is None:
         deadline = time.time() + args.kill_every * rng.uniform(0.75, 1.25)
-        while proc.poll() is None and time.time() < deadline:
+        while poll() is None and time.time() < deadline:
             time.sleep(0.5)
         ranks = _ranks(proc.pid)
         if proc.poll() is None and ranks:
@@ -114,19 +121,22 @@ def main():
             kills.append((time.time() - t0, rank))
             print(f"{time.time() - t0:7.1f} s  killed rank {rank} "
                   f"(pid {ranks[rank]})", flush=True)
-    code, wall = proc.wait(), time.time() - t0
-    calm_code, calm_wall = calm.wait(), time.time() - t0
+    code, calm_code = proc.wait(), calm.wait()
+    poll()
+    wall, calm_wall = ended["disturbed"], ended["undisturbed"]
     time.sleep(1)
     restarts = [t - t0 for t, ln in lines if "restarting every rank" in ln]
     resumes = [(t - t0, ln.split("] resumed from ")[1]) for t, ln in lines
                if "] resumed from " in ln]
-    print("\nkill (s) | killed | restart (s) | resumed from (or '-': no "
-          "checkpoint yet, a fresh start)")
+    print("\nkill (s) | killed | restart (s) | training again (s) | resumed "
+          "from (or '-': no checkpoint yet, a fresh start)")
     for i, (t, rank) in enumerate(kills):
         rs = restarts[i] if i < len(restarts) else float("nan")
-        nxt = [t_k for t_k, _ in kills[i + 1:]] + [float("inf")]
-        rf = next((r for t_r, r in resumes if t < t_r < nxt[0]), "-")
-        print(f"{t:8.1f} | rank {rank} | {rs:11.1f} | {rf}")
+        nxt = ([t_k for t_k, _ in kills[i + 1:]] + [float("inf")])[0]
+        rf = next(((t_r, r) for t_r, r in resumes if t < t_r < nxt),
+                  (float("nan"), "-"))
+        print(f"{t:8.1f} | rank {rank} | {rs:11.1f} | {rf[0]:18.1f} | "
+              f"{rf[1]}")
     problems, final = _check(disturbed, args.steps)
     calm_problems, calm_final = _check(undisturbed, args.steps)
     print(f"\ndisturbed:   exit {code}, {wall / 60:.1f} min, {len(kills)} "

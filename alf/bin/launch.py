@@ -56,7 +56,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     from absl import logging
 
     from alf.trainers import TrainingInterrupted
-    from alf.utils import distributed
+    from alf.utils import process_group
 
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO if rank == 0 else logging.WARNING)
@@ -66,7 +66,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         # the setup (parsing the config) provides.
         if setup is not None:
             setup[0](*setup[1])
-        with distributed.process_group(rank, world_size, backend,
+        with process_group.process_group(rank, world_size, backend,
                                        init_file):
             fn(*args)
     except TrainingInterrupted as e:
@@ -81,8 +81,9 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     except SystemExit as e:  # a signal before training, or the launcher's
         code = e.code if isinstance(e.code, int) else EXIT_ERROR
     except BaseException as e:  # noqa: BLE001 - reported to the launcher
-        kind = "secondary" if distributed.is_peer_failure(e) else "crash"
-        text = (distributed.peer_failure_reason(e) if kind == "secondary" else
+        secondary = process_group.is_peer_failure(e)
+        kind = "secondary" if secondary else "crash"
+        text = (process_group.peer_failure_reason(e) if secondary else
                 traceback.format_exc())
         report.send((time.time(), rank, kind, text))
         code = EXIT_ERROR
@@ -92,7 +93,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         signal.signal(sig, signal.SIG_IGN)
     report.close()
     if os.getppid() != launcher:  # the launcher was killed: clean up for it
-        distributed.remove_rendezvous(init_file)
+        process_group.remove_rendezvous(init_file)
     process.exit_now(code)
 
 
@@ -204,7 +205,7 @@ class _Round:
 
 def _run_round(fn, args, setup, num_processes, backend, stop_grace,
                crash_grace) -> _Round:
-    from alf.utils.distributed import rendezvous_file
+    from alf.utils.process_group import rendezvous_file
 
     ctx = mp.get_context("spawn")
     # One pipe per rank for its failure report: unlike a queue, a pipe needs

@@ -14,7 +14,7 @@ resumes from the newest checkpoint.
 import os
 import signal
 import sys
-from typing import List, Sequence, Tuple
+from typing import List, Tuple
 
 from absl import app, flags, logging
 
@@ -76,26 +76,26 @@ def _train_under_torchrun(root_dir: str) -> int:
     import torch
 
     from alf.trainers import TrainingInterrupted
-    from alf.utils import distributed
+    from alf.utils import process_group
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if rank != 0:
         logging.set_verbosity(logging.WARNING)
     try:
-        with distributed.process_group(rank, world, backend, use_env=True):
+        with process_group.process_group(rank, world, backend, use_env=True):
             train_parsed(root_dir)
     except TrainingInterrupted as e:
         if rank == 0:
             logging.warning("%s", e)
         return e.exit_code
     except Exception as e:  # noqa: BLE001 - torchrun reports the exit code
-        if not distributed.is_peer_failure(e):
+        if not process_group.is_peer_failure(e):
             raise
         # Another rank failed or stalled: torchrun names it; this rank's
         # connection error is only the consequence.
         print(f"alf.bin.train: rank {rank} lost its peers (another rank "
-              f"failed or stalled): {distributed.peer_failure_reason(e)}",
+              f"failed or stalled): {process_group.peer_failure_reason(e)}",
               file=sys.stderr)
         return EXIT_ERROR
     return 0
@@ -126,7 +126,7 @@ def _processes_and_backend() -> Tuple[int, str]:
 
 
 def _timeout_text() -> str:
-    from alf.utils.distributed import collective_timeout
+    from alf.utils.process_group import collective_timeout
     return f"{collective_timeout().total_seconds():g} s"
 
 

@@ -7,7 +7,6 @@ OOM killer ends the process without a word. So sizes that come from the
 config (a replay buffer's capacity) are checked against what is available
 first.
 """
-import os
 from typing import Callable, Optional, Union
 
 import torch

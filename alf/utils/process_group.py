@@ -1,0 +1,159 @@
+"""Process groups: forming and tearing down the default group, rendezvous,
+the collective timeout, this rank's device, and telling a peer's failure
+from a cause.
+
+`alf.utils.distributed` re-exports the public names; they live here so that
+the data-parallel decorator and the process plumbing can each be read in
+one sitting.
+"""
+import contextlib
+import datetime
+import os
+import shutil
+import tempfile
+from typing import Iterator, Optional
+
+import gin
+import torch
+import torch.distributed as dist
+
+
+@gin.configurable
+def collective_timeout(seconds: float = 300.0) -> datetime.timedelta:
+    """How long any collective may wait before it raises instead of hanging.
+
+    Rank 0's evaluation runs while the other ranks wait in their next
+    collective, so this must exceed the longest evaluation.
+    """
+    return datetime.timedelta(seconds=seconds)
+
+
+@contextlib.contextmanager
+def process_group(rank: int, world_size: int, backend: str = "gloo",
+                  init_file: Optional[str] = None,
+                  use_env: bool = False) -> Iterator[None]:
+    """Sets up the default process group for this process; tears it down.
+
+    The analogue of DI-engine's DDPContext. Single-machine runs rendezvous
+    through a file (``init_file``), so no port listens on any network
+    interface; gloo's own connections are pinned to the loopback interface.
+    Under ``torchrun`` (``use_env``), the group joins torchrun's rendezvous
+    (``MASTER_ADDR``/``MASTER_PORT``), which is the multi-node path.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        backend: ``gloo`` (CPU) or ``nccl`` (GPU).
+        init_file: a path every rank can see (single machine).
+        use_env: take the rendezvous from torchrun's environment variables.
+    """
+    global _LOCAL_RANK
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend {backend!r}: expected 'gloo' or 'nccl'")
+    if not use_env:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    _LOCAL_RANK = int(os.environ.get("LOCAL_RANK", rank)) if use_env else rank
+    if backend == "nccl":
+        # Before the group exists, so that NCCL binds this rank's GPU.
+        torch.cuda.set_device(_LOCAL_RANK)
+        # CPU tensors (stop flags, episode counters, pickled objects such as
+        # the checkpoint rank 0 sends) go through gloo, GPU tensors (the
+        # gradients) through NCCL.
+        backend = "cpu:gloo,cuda:nccl"
+    kwargs = dict(backend=backend, rank=rank, world_size=world_size,
+                  timeout=collective_timeout())
+    if use_env:
+        kwargs["store"] = _torchrun_store(rank, world_size)
+    else:
+        kwargs["store"] = dist.FileStore(init_file, world_size)
+    dist.init_process_group(**kwargs)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        _LOCAL_RANK = None
+
+
+_LOCAL_RANK: Optional[int] = None
+
+
+def _torchrun_store(rank: int, world_size: int) -> dist.Store:
+    """The rendezvous store of a process started by torchrun, with keys of
+    this restart round only.
+
+    torchrun's agent keeps one store across ``--max-restarts`` rounds; torch's
+    ``env://`` reuses its keys, so a restarted group read the old round's
+    addresses (gloo: "Connection refused", or a hang in init). A prefix per
+    run and round gives every round a clean key space.
+    """
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+        world_size, is_master=rank == 0 and not agent_store,
+        timeout=collective_timeout(), wait_for_workers=False)
+    round_ = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    return dist.PrefixStore(f"alf/{run}/round{round_}/", store)
+
+
+def uses_gpus() -> bool:
+    """Whether the active process group reduces GPU tensors (NCCL)."""
+    return (dist.is_available() and dist.is_initialized()
+            and "nccl" in dist.get_backend_config())
+
+
+def local_device() -> torch.device:
+    """This rank's GPU in a NCCL group (``cuda:LOCAL_RANK``), else the CPU."""
+    if uses_gpus():
+        return torch.device("cuda", _LOCAL_RANK or 0)
+    if _LOCAL_RANK is None and torch.cuda.is_available():
+        return torch.device("cuda")  # outside any group: the current GPU
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def rendezvous_file() -> Iterator[str]:
+    """A fresh path for `process_group`'s ``init_file``; removed afterwards."""
+    folder = tempfile.mkdtemp(prefix="alf-rendezvous-")
+    try:
+        yield os.path.join(folder, "store")
+    finally:
+        remove_rendezvous(os.path.join(folder, "store"))
+
+
+def remove_rendezvous(init_file: str) -> None:
+    """Removes the folder of a `rendezvous_file` path (if still there)."""
+    folder = os.path.dirname(init_file)
+    if os.path.basename(folder).startswith("alf-rendezvous-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_PEER_FAILURE = ("connection reset", "connection closed", "broken pipe",
+                 "connection refused", "timed out", "timeout")
+
+
+def peer_failure_reason(error: BaseException) -> str:
+    """The gist of a peer failure, e.g. "Connection reset by peer" (gloo's
+    messages run to several hundred characters of file names and advice)."""
+    text = str(error)
+    lower = text.lower()
+    for phrase in _PEER_FAILURE:
+        i = lower.find(phrase)
+        if i >= 0:
+            end = min((j for j in (text.find(".", i), text.find("\n", i),
+                                   len(text)) if j >= 0))
+            start = max(text.rfind("] ", 0, i) + 2, text.rfind(": ", 0, i) + 2,
+                        0)
+            return text[start:end].strip()[:160]
+    return text.strip().splitlines()[0][:160] if text.strip() else \
+        type(error).__name__
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a collective failing because another rank
+    failed, died or stalled: a consequence, not the cause, of a failure."""
+    if isinstance(error, getattr(dist, "DistError", ())):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(
+        s in text for s in _PEER_FAILURE)
