@@ -84,21 +84,31 @@ def _train_under_torchrun(root_dir: str) -> int:
         logging.set_verbosity(logging.WARNING)
     try:
         with process_group.process_group(rank, world, backend, use_env=True):
-            train_parsed(root_dir)
+            try:
+                train_parsed(root_dir)
+            except Exception as e:  # noqa: BLE001 - torchrun has the code
+                if not process_group.is_peer_failure(e):
+                    raise
+                # A consequence: name the cause while the heartbeats of
+                # the group can still be read.
+                print(f"alf.bin.train: rank {rank} lost its peers: "
+                      f"{_who_failed(process_group.silent_ranks(), rank)} "
+                      f"({process_group.peer_failure_reason(e)})",
+                      file=sys.stderr, flush=True)
+                return EXIT_ERROR
     except TrainingInterrupted as e:
         if rank == 0:
             logging.warning("%s", e)
         return e.exit_code
-    except Exception as e:  # noqa: BLE001 - torchrun reports the exit code
-        if not process_group.is_peer_failure(e):
-            raise
-        # Another rank failed or stalled: torchrun names it; this rank's
-        # connection error is only the consequence.
-        print(f"alf.bin.train: rank {rank} lost its peers (another rank "
-              f"failed or stalled): {process_group.peer_failure_reason(e)}",
-              file=sys.stderr)
-        return EXIT_ERROR
     return 0
+
+
+def _who_failed(silent, rank: int) -> str:
+    if not silent:
+        return "another rank failed (torchrun names it)"
+    names = ", ".join(f"rank {r}" for r in silent)
+    return (f"{names} showed no sign of life for 3 s (stalled or dead; a "
+            f"'Root Cause' of rank {rank} below only timed out waiting)")
 
 
 def _num_gpus_for_multi_gpu() -> int:

@@ -11,11 +11,13 @@ import datetime
 import os
 import shutil
 import tempfile
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 import gin
 import torch
 import torch.distributed as dist
+
+from alf.utils.heartbeat import Heartbeat
 
 
 @gin.configurable
@@ -62,22 +64,38 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
         backend = "cpu:gloo,cuda:nccl"
     kwargs = dict(backend=backend, rank=rank, world_size=world_size,
                   timeout=collective_timeout())
+    global _HEARTBEAT
     if use_env:
         kwargs["store"] = _torchrun_store(rank, world_size)
     else:
         kwargs["store"] = dist.FileStore(init_file, world_size)
     dist.init_process_group(**kwargs)
+    if use_env and world_size > 1:
+        # The built-in launcher sees its ranks' states itself.
+        _HEARTBEAT = Heartbeat(
+            lambda: _torchrun_store(rank, world_size, client=True), rank,
+            world_size)
     try:
         yield
     finally:
+        if _HEARTBEAT is not None:
+            _HEARTBEAT.stop()
         dist.destroy_process_group()
-        _LOCAL_RANK = None
+        _LOCAL_RANK = _HEARTBEAT = None
 
 
 _LOCAL_RANK: Optional[int] = None
+_HEARTBEAT: Optional[Heartbeat] = None
 
 
-def _torchrun_store(rank: int, world_size: int) -> dist.Store:
+def silent_ranks() -> Optional[List[int]]:
+    """Under torchrun, the other ranks that have shown no sign of life for a
+    few seconds (it waits that long); None where no heartbeat runs."""
+    return None if _HEARTBEAT is None else _HEARTBEAT.silent_ranks()
+
+
+def _torchrun_store(rank: int, world_size: int,
+                    client: bool = False) -> dist.Store:
     """The rendezvous store of a process started by torchrun, with keys of
     this restart round only.
 
@@ -89,7 +107,7 @@ def _torchrun_store(rank: int, world_size: int) -> dist.Store:
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-        world_size, is_master=rank == 0 and not agent_store,
+        world_size, is_master=rank == 0 and not agent_store and not client,
         timeout=collective_timeout(), wait_for_workers=False)
     round_ = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     run = os.environ.get("TORCHELASTIC_RUN_ID", "none")

@@ -159,6 +159,16 @@ def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
     assert not _rendezvous_left(tmp_path)
 
 
+def _torchrun_cmd(root, steps, params=(), extra=()):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node", "2", *extra, "--monitor-interval", "0.2",
+           "-m", "alf.bin.train", "--gin_file", "ppo_cart_pole.gin",
+           "--root_dir", str(root)]
+    for p in LONG + [f"TrainerConfig.num_env_steps={steps}", *params]:
+        cmd += ["--gin_param", p]
+    return cmd
+
+
 def _torchrun_workers(agent: int):
     """torchrun's workers: the agent's children running alf.bin.train."""
     pids = []
@@ -173,18 +183,25 @@ def _torchrun_workers(agent: int):
 def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
     steps = 12_800
     root = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", "2", "--max-restarts", "1",
-           "--monitor-interval", "0.2", "-m", "alf.bin.train", "--gin_file",
-           "ppo_cart_pole.gin", "--root_dir", str(root)]
-    for p in LONG + [f"TrainerConfig.num_env_steps={steps}"]:
-        cmd += ["--gin_param", p]
+    cmd = _torchrun_cmd(root, steps, extra=["--max-restarts", "1"])
     run, _ = _start(tmp_path, steps, cmd=cmd)
     _wait_for_checkpoint(root)
     os.kill(_torchrun_workers(run.proc.pid)[-1], signal.SIGKILL)
     assert run.finish(timeout=180) == 0, run.out[-3000:]
     assert "resumed from" in run.out
     _assert_finished(root, steps)
+    assert_no_process_left(run.proc.pid)
+
+
+@pytest.mark.timeout(200)
+def test_a_stalled_rank_is_named_under_torchrun(tmp_path):
+    cmd = _torchrun_cmd(tmp_path / "run", 10_000_000,
+                        ["collective_timeout.seconds=10"])
+    run, _ = _start(tmp_path, 0, cmd=cmd)
+    os.kill(_torchrun_workers(run.proc.pid)[-1], signal.SIGSTOP)
+    assert run.finish(timeout=120) != 0
+    assert ("rank 0 lost its peers: rank 1 showed no sign of life"
+            in run.out), run.out[-3000:]
     assert_no_process_left(run.proc.pid)
 
 
