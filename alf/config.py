@@ -99,7 +99,27 @@ def parse_config(gin_files: Iterable[str],
         raise ConfigError(f"bad gin configuration: {e.args[0]} in {where}; "
                           "a bracket or quote is not closed") from e
     _check_macros()
+    _check_values()
     return paths
+
+
+# Bindings whose values are only read deep into training (after files are
+# written): checked at parse time instead. (binding, valid values)
+_CHOICES = [("make_ddp_performer.find_unused_parameters", (True, False,
+                                                          "auto"))]
+
+
+def _check_values() -> None:
+    for binding, valid in _CHOICES:
+        try:
+            value = gin.query_parameter(binding)
+        except ValueError:  # not bound: the default applies
+            continue
+        if not any(value is v or value == v and type(value) is type(v)
+                   for v in valid):
+            raise ConfigError(
+                f"bad gin configuration: {binding} = {value!r}; expected one "
+                f"of {', '.join(repr(v) for v in valid)}")
 
 
 _search_paths = set()  # folders given to gin.add_config_file_search_path

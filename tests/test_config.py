@@ -204,3 +204,17 @@ def test_include_found_on_the_search_path_logs_no_error(caplog):
                 or "system_path_file_exists" in m], logged
     logging.getLogger("other").error("Path not found: elsewhere")
     assert "Path not found: elsewhere" in caplog.text  # others still log
+
+
+@pytest.mark.parametrize("value", ["'yes'", "1", "None"])
+def test_an_invalid_choice_is_refused_at_parse_time(value):
+    with pytest.raises(ConfigError, match="find_unused_parameters = .*"
+                       "expected one of True, False, 'auto'"):
+        alf.config.parse_config(["ppo_cart_pole.gin"], [
+            f"make_ddp_performer.find_unused_parameters = {value}"])
+
+
+@pytest.mark.parametrize("value", ["True", "False", "'auto'"])
+def test_valid_choices_parse(value):
+    alf.config.parse_config(["ppo_cart_pole.gin"], [
+        f"make_ddp_performer.find_unused_parameters = {value}"])
