@@ -53,11 +53,14 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_stop_signal)
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)  # nothing yet
-    from absl import logging
+    from absl import flags, logging
 
     from alf.trainers import TrainingInterrupted
     from alf.utils import process_group
 
+    # A spawned rank parses no command line; absl would say so ("Logging
+    # before flag parsing goes to stderr") on its first log line.
+    flags.FLAGS.mark_as_parsed()
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO if rank == 0 else logging.WARNING)
     code = EXIT_OK
