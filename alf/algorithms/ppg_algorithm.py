@@ -73,7 +73,9 @@ class PPGAlgorithm(PPOAlgorithm):
             gae_lambda, clip_ratio, clip_schedule, value_clip,
             value_loss_coef, entropy_coef, max_grad_norm,
             normalize_advantages, target_kl, normalize_observations,
-            reward_scale: `PPOAlgorithm`'s; one left unset here takes
+            reward_scale, uneven_batches: `PPOAlgorithm`'s (PPG refuses
+            ``uneven_batches``: its auxiliary phase does not weight uneven
+            batches yet); one left unset here takes
             PPOAlgorithm's value (its gin binding, e.g.
             ``PPOAlgorithm.learning_rate``, or its default).
     """
@@ -89,7 +91,7 @@ class PPGAlgorithm(PPOAlgorithm):
                  value_clip=_PPO, value_loss_coef=_PPO, entropy_coef=_PPO,
                  max_grad_norm=_PPO, normalize_advantages=_PPO,
                  target_kl=_PPO, normalize_observations=_PPO,
-                 reward_scale=_PPO):
+                 reward_scale=_PPO, uneven_batches=_PPO):
         # PPO's parameters are listed, not taken as **kwargs, so that gin
         # refuses a misspelled one at parse time. Only those given are
         # passed on: the rest keep PPOAlgorithm's own gin bindings.
@@ -102,12 +104,17 @@ class PPGAlgorithm(PPOAlgorithm):
             entropy_coef=entropy_coef, max_grad_norm=max_grad_norm,
             normalize_advantages=normalize_advantages, target_kl=target_kl,
             normalize_observations=normalize_observations,
-            reward_scale=reward_scale)
+            reward_scale=reward_scale, uneven_batches=uneven_batches)
         ppo_args = {k: v for k, v in ppo_args.items() if v is not _PPO}
         if "learning_rate" in ppo_args:
             check_learning_rate("PPGAlgorithm", learning_rate)
         super().__init__(observation_space, action_space, config,
                          actor_network_ctor=actor_network_ctor, **ppo_args)
+        if self._uneven:
+            raise ConfigError(
+                "PPGAlgorithm: uneven_batches=True is not supported (the "
+                "auxiliary phase would average ranks' batches unweighted); "
+                "leave PPOAlgorithm.uneven_batches False for PPG")
         if not hasattr(self.actor, "forward_with_aux"):
             raise ConfigError(
                 f"PPGAlgorithm needs an actor network with an auxiliary value "

@@ -9,7 +9,8 @@ minibatch size. One `train_on_unroll`:
    minibatch is one `minibatch_loss` (the only parameter-dependent method, the
    one distributed training wraps) and one optimizer step.
 """
-from typing import Callable, NamedTuple, Optional
+import math
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 import gin
 import torch
@@ -82,6 +83,35 @@ def check_mini_batch_size(config, world: int) -> None:
         f"{per_rank}; use at most {batch * world}")
 
 
+def uneven_minibatch_indices(n: int, per_epoch: int,
+                             num_epochs: int) -> List[torch.Tensor]:
+    """``num_epochs`` shuffled passes over ``n`` rows, each cut into
+    ``per_epoch`` near-equal minibatches: the same count on every rank
+    whatever its ``n``."""
+    if n < per_epoch:
+        raise TrainingError(
+            f"this rank holds {n} transitions, fewer than the {per_epoch} "
+            "minibatches of an epoch; collect more before ending a rollout "
+            "early (or use a larger mini_batch_size)")
+    out = []
+    for _ in range(num_epochs):
+        out += list(torch.randperm(n).tensor_split(per_epoch))
+    return out
+
+
+def _rank_weights(indices: List[torch.Tensor]):
+    """Per minibatch: (this rank's loss weight, the global row count).
+
+    DDP averages the ranks' gradients; weighting each rank's mean loss by
+    ``world x rows / global rows`` turns that average into the mean over all
+    ranks' rows. One all-reduce for the whole iteration.
+    """
+    rows = torch.tensor([float(len(i)) for i in indices], dtype=torch.float64)
+    total = distributed.all_reduce_sum(rows.clone())
+    weights = rows * distributed.get_world_size() / total
+    return weights.float().tolist(), total.tolist()
+
+
 @gin.configurable
 class PPOAlgorithm(OnPolicyAlgorithm):
     """PPO with GAE, clipped surrogate, optional value clipping.
@@ -111,6 +141,15 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         normalize_observations: running observation normalisation.
         reward_scale: rewards are multiplied by this before GAE (values
             then live on the scaled reward's scale).
+        uneven_batches: ranks may train on unrolls of different lengths
+            (a rank that ended its rollout early). Every rank still runs the
+            same number of minibatches (``ceil(unroll_length x num_envs /
+            mini_batch_size)`` per epoch, its rows split evenly among them)
+            and each rank's loss is weighted by its share of the
+            minibatch's global sample count, so that DDP's averaged
+            gradient is the mean gradient over all ranks' samples; the KL
+            early stop averages with the same weights. Costs one
+            all-reduce per iteration.
     """
 
     def __init__(self, observation_space, action_space, config,
@@ -126,7 +165,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  normalize_advantages: bool = True,
                  target_kl: Optional[float] = None,
                  normalize_observations: bool = False,
-                 reward_scale: float = 1.0):
+                 reward_scale: float = 1.0, uneven_batches: bool = False):
         check_learning_rate("PPOAlgorithm", learning_rate)
         check_mini_batch_size(config, distributed.get_world_size())
         super().__init__(observation_space, action_space, config,
@@ -149,6 +188,10 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._reward_scale = reward_scale
         self._num_epochs = config.num_updates_per_train_iter
         self._mini_batch_size = config.mini_batch_size
+        self._uneven = uneven_batches
+        # Minibatches per epoch, the same on every rank whatever it holds.
+        self._minibatches_per_epoch = math.ceil(
+            config.unroll_length * config.num_envs / config.mini_batch_size)
 
     #: Called by `TrainerConfig.per_rank` before an N-process launch.
     check_config = staticmethod(check_mini_batch_size)
@@ -169,23 +212,36 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.set_learning_rate(scheduled(self._lr, self._lr_schedule,
                                          progress))
         self._clip_now = scheduled(self._clip, self._clip_schedule, progress)
-        batch = self._prepare_batch(exp)
-        indices = minibatch_indices(batch.advantage.shape[0],
-                                    self._mini_batch_size, self._num_epochs)
+        return self.train_on_batch(self._prepare_batch(exp))
+
+    def train_on_batch(self, batch: PPOBatch) -> Dict[str, torch.Tensor]:
+        """The epochs of minibatch updates on this rank's ``batch``."""
+        n = batch.advantage.shape[0]
+        if self._uneven:
+            indices = uneven_minibatch_indices(
+                n, self._minibatches_per_epoch, self._num_epochs)
+            weights, counts = _rank_weights(indices)
+        else:
+            indices = minibatch_indices(n, self._mini_batch_size,
+                                        self._num_epochs)
+            weights = counts = [None] * len(indices)
         advantages = self._minibatch_advantages(batch.advantage, indices)
 
         stats = []
-        for idx, adv in zip(indices, advantages):
+        for idx, adv, w, count in zip(indices, advantages, weights, counts):
             mb = PPOBatch(*[x[idx] for x in batch])._replace(advantage=adv)
             loss_info = self.minibatch_loss(mb)
+            loss = loss_info.loss.detach()
+            if w is not None:  # this rank's share of the global mean
+                loss_info = loss_info._replace(loss=loss_info.loss * w)
             grad_norm = self.update_with_gradient(loss_info,
                                                   self._max_grad_norm)
             extra = loss_info.extra
             stats.append(torch.stack([
-                loss_info.loss.detach(), extra["policy_loss"],
+                loss, extra["policy_loss"],
                 extra["value_loss"], extra["entropy"], extra["approx_kl"],
                 extra["clip_fraction"], grad_norm]))
-            if self._kl_exceeded(extra["approx_kl"]):
+            if self._kl_exceeded(extra["approx_kl"], len(idx), count):
                 break
         return self._summarize(torch.stack(stats).mean(0), batch)
 
@@ -272,11 +328,16 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                                    approx_kl=approx_kl,
                                    clip_fraction=clip_fraction))
 
-    def _kl_exceeded(self, approx_kl: torch.Tensor) -> bool:
-        # A control-flow decision: every rank must take the same one.
+    def _kl_exceeded(self, approx_kl: torch.Tensor, rows: int,
+                     global_rows: Optional[float]) -> bool:
+        # A control-flow decision: every rank must take the same one. With
+        # uneven batches, the mean over all ranks' samples.
         if self._target_kl is None:
             return False
-        kl = distributed.all_reduce_mean(approx_kl.clone())
+        if global_rows is None:
+            kl = distributed.all_reduce_mean(approx_kl.clone())
+        else:
+            kl = distributed.all_reduce_sum(approx_kl * rows) / global_rows
         return bool(kl > 1.5 * self._target_kl)
 
     def _summarize(self, means: torch.Tensor, batch: PPOBatch):

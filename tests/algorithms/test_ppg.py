@@ -150,3 +150,10 @@ def test_aux_mini_batch_larger_than_the_aux_phase_is_refused():
                    f"more than the {2 * T * B} transitions of an auxiliary "
                    f"phase (aux_interval=2 x num_envs={B} x unroll_length="
                    f"{T}); use at most {2 * T * B}")
+
+
+def test_uneven_batches_are_refused_until_the_aux_phase_weights_them():
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError, match="uneven_batches=True is not "
+                       "supported"):
+        _ppg(uneven_batches=True)

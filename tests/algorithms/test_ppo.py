@@ -6,9 +6,15 @@ import gymnasium as gym
 import pytest
 import torch
 
-from alf.algorithms.ppo_algorithm import PPOAlgorithm, PPOBatch, PPOTrainInfo
+from alf.algorithms.ppo_algorithm import (PPOAlgorithm, PPOBatch, PPOTrainInfo,
+                                         uneven_minibatch_indices)
+from alf import nest
+from alf.data_structures import Experience
 from alf.trainers import Trainer
 from alf.trainers.trainer_config import TrainerConfig
+from alf.utils import distributed
+from alf.utils.errors import TrainingError
+from distributed_harness import run_ranks, values
 
 
 def _ppo(**kw):
@@ -114,3 +120,86 @@ def test_mini_batch_larger_than_the_unroll_is_refused(monkeypatch, world):
     assert ("per process, 32 of 16" in msg) == (world == 2)
     PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
                  dataclasses.replace(cfg, mini_batch_size=32 // world))
+
+
+# ---- uneven batches: 2 ranks with unrolls of 3 and 5 steps ---------------
+UT, UB, UOBS = 8, 8, 3  # global envs; 4 per rank
+STEPS = (3, 5)  # rank 0 ended its rollout early
+
+
+def _uneven_data():
+    g = torch.Generator().manual_seed(7)
+    raw = torch.randn(UT + 1, UB, UOBS, generator=g) * 2 + 0.5
+    terminated = torch.zeros(UT, UB, dtype=torch.bool)
+    terminated[1, 2] = terminated[3, 6] = True
+    return raw, Experience(
+        observation=raw[:-1], action=torch.randint(0, 2, (UT, UB), generator=g),
+        reward=torch.rand(UT, UB, generator=g), terminated=terminated,
+        truncated=torch.zeros(UT, UB, dtype=torch.bool),
+        next_observation=raw[1:], rollout_info=torch.full((UT, UB), -0.7))
+
+
+def _rank_part(rank):
+    """Rank ``rank``'s environments and the steps it collected."""
+    raw, exp = _uneven_data()
+    cols = slice(rank * UB // 2, (rank + 1) * UB // 2)
+    t = STEPS[rank]
+    return raw[:t, cols], nest.map_structure(lambda x: x[:t, cols], exp)
+
+
+def _uneven_alg(world, uneven=True):
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=UB,
+                        unroll_length=UT, mini_batch_size=UT * UB,
+                        num_updates_per_train_iter=3).per_rank(world)
+    torch.manual_seed(0)
+    return PPOAlgorithm(gym.spaces.Box(-10, 10, (UOBS, )),
+                        gym.spaces.Discrete(2), cfg,
+                        normalize_observations=True, uneven_batches=uneven)
+
+
+def _uneven_rank(rank, world, uneven):
+    alg = _uneven_alg(world, uneven)
+    distributed.activate_ddp(alg)
+    obs, exp = _rank_part(rank)
+    for t in range(obs.shape[0]):
+        alg.observe(obs[t])
+        alg.store(nest.map_structure(lambda x: x[t], exp))
+    alg.train_iter(0.0)
+    return {n: t.clone() for n, t in distributed.synced_state(alg)}
+
+
+def _union_reference():
+    """One process trained on the union of both ranks' samples."""
+    alg = _uneven_alg(1)
+    parts = [_rank_part(r) for r in range(2)]
+    for obs, _ in parts:
+        for t in range(obs.shape[0]):
+            alg.observe(obs[t])
+    alg._commit_normalizer()
+    batches = [alg._prepare_batch(exp) for _, exp in parts]
+    alg.train_on_batch(PPOBatch(*[torch.cat(x) for x in zip(*batches)]))
+    return {n: t.clone() for n, t in distributed.synced_state(alg)}
+
+
+@pytest.mark.timeout(120)
+def test_uneven_batches_equal_one_process_on_the_union():
+    ref = _union_reference()
+    exact = values(run_ranks(_uneven_rank, 2, True))
+    plain = values(run_ranks(_uneven_rank, 2, False))
+    worst = {}
+    for name, r in ref.items():
+        for state in exact:
+            diff = (state[name].double() - r.double()).abs().max().item()
+            assert diff <= 1e-5, f"{name}: max abs diff {diff}"
+        worst[name] = (plain[0][name].double() - r.double()).abs().max()
+    # Without the weights, DDP's plain average of the ranks' means is not
+    # the mean over the union (the test can tell the two apart).
+    assert max(worst.values()) > 1e-4
+
+
+def test_uneven_minibatches_have_the_same_count_and_cover_every_row():
+    parts = uneven_minibatch_indices(13, 4, 2)
+    assert len(parts) == 8 and [len(p) for p in parts[:4]] == [4, 3, 3, 3]
+    assert sorted(torch.cat(parts[:4]).tolist()) == list(range(13))
+    with pytest.raises(TrainingError, match="fewer than the 4 minibatches"):
+        uneven_minibatch_indices(3, 4, 1)
