@@ -16,11 +16,13 @@ Two phases, two data-distributed methods:
   where pi_old is the policy just before the phase; the buffer is then
   cleared.
 
-Every rank reaches the auxiliary phase at the same iteration (same sizes), so
+Every rank reaches the auxiliary phase at the same iteration (the buffer fills
+by iterations, even with `uneven_batches`), so
 the two methods are called in the same order everywhere. The policy phase
 leaves the auxiliary head unused: PPG configs set
 ``make_ddp_performer.find_unused_parameters = True``.
 """
+import math
 from typing import NamedTuple, Optional
 
 import gin
@@ -28,7 +30,8 @@ import torch
 
 from alf import nest
 from alf.algorithms.algorithm import check_learning_rate
-from alf.algorithms.ppo_algorithm import PPOAlgorithm, PPOBatch
+from alf.algorithms.ppo_algorithm import (PPOAlgorithm, PPOBatch, rank_weights,
+                                         uneven_minibatch_indices)
 from alf.data_structures import LossInfo
 from alf.networks.policy_value import DisjointPolicyValueNetwork
 from alf.replay_buffers import ReplayBuffer, iterate_minibatches
@@ -73,9 +76,9 @@ class PPGAlgorithm(PPOAlgorithm):
             gae_lambda, clip_ratio, clip_schedule, value_clip,
             value_loss_coef, entropy_coef, max_grad_norm,
             normalize_advantages, target_kl, normalize_observations,
-            reward_scale, uneven_batches: `PPOAlgorithm`'s (PPG refuses
-            ``uneven_batches``: its auxiliary phase does not weight uneven
-            batches yet); one left unset here takes
+            reward_scale, uneven_batches: `PPOAlgorithm`'s (with
+            ``uneven_batches`` the auxiliary phase weights ranks' losses
+            the same way); one left unset here takes
             PPOAlgorithm's value (its gin binding, e.g.
             ``PPOAlgorithm.learning_rate``, or its default).
     """
@@ -110,11 +113,6 @@ class PPGAlgorithm(PPOAlgorithm):
             check_learning_rate("PPGAlgorithm", learning_rate)
         super().__init__(observation_space, action_space, config,
                          actor_network_ctor=actor_network_ctor, **ppo_args)
-        if self._uneven:
-            raise ConfigError(
-                "PPGAlgorithm: uneven_batches=True is not supported (the "
-                "auxiliary phase would average ranks' batches unweighted); "
-                "leave PPOAlgorithm.uneven_batches False for PPG")
         if not hasattr(self.actor, "forward_with_aux"):
             raise ConfigError(
                 f"PPGAlgorithm needs an actor network with an auxiliary value "
@@ -136,13 +134,31 @@ class PPGAlgorithm(PPOAlgorithm):
                 f"(aux_interval={aux_interval} x num_envs="
                 f"{config.num_envs * world} x unroll_length="
                 f"{config.unroll_length}); use at most {held * world}")
-        self.aux_buffer = ReplayBuffer(aux_interval,
-                                       config.unroll_length * config.num_envs)
+        width = config.unroll_length * config.num_envs
+        self.aux_buffer = ReplayBuffer(aux_interval, width)
+        self._aux_per_epoch = math.ceil(aux_interval * width /
+                                        self._aux_mini_batch_size)
+        if self._uneven:
+            # Which rows of each stored unroll are real: a shorter unroll is
+            # padded to the buffer's width. Only then, so that checkpoints
+            # of the default layout stay loadable.
+            self.aux_valid = ReplayBuffer(aux_interval, width)
 
     def _prepare_batch(self, exp) -> PPOBatch:
         batch = super()._prepare_batch(exp)
-        self.aux_buffer.add_batch(AuxBatch(batch.observation, batch.returns))
+        self._store_aux(batch.observation, batch.returns)
         return batch
+
+    def _store_aux(self, obs: torch.Tensor, returns: torch.Tensor) -> None:
+        """Keeps one unroll's observations and value targets for the
+        auxiliary phase."""
+        if self._uneven:
+            width, n = self.aux_buffer.batch_size, obs.shape[0]
+            pad = lambda x: torch.cat([x, x.new_zeros((width - n, ) +  # noqa
+                                                      x.shape[1:])])
+            obs, returns = pad(obs), pad(returns)
+            self.aux_valid.add_batch(torch.arange(width) < n)
+        self.aux_buffer.add_batch(AuxBatch(obs, returns))
 
     def train_on_unroll(self, exp, progress: float):
         stats = super().train_on_unroll(exp, progress)
@@ -154,17 +170,38 @@ class PPGAlgorithm(PPOAlgorithm):
         data = self.aux_buffer.gather_all()  # [aux_interval, T*B, ...]
         self.aux_buffer.clear()
         flat = nest.map_structure(lambda x: x.flatten(0, 1), data)
+        if self._uneven:
+            valid = self.aux_valid.gather_all().flatten()
+            self.aux_valid.clear()
+            flat = nest.map_structure(lambda x: x[valid], flat)
         with torch.no_grad():
             old = self.actor(flat.observation).params()
         batch = AuxBatch(flat.observation, flat.returns, old)
         stats = []
-        for _ in range(self._aux_epochs):
-            for mb in iterate_minibatches(batch, self._aux_mini_batch_size):
-                loss_info = self.aux_minibatch_loss(mb)
-                self.update_with_gradient(loss_info, self._max_grad_norm)
-                stats.append(torch.stack(list(loss_info.extra.values())))
+        for mb, weight in self._aux_minibatches(batch):
+            loss_info = self.aux_minibatch_loss(mb)
+            stats.append(torch.stack(list(loss_info.extra.values())))
+            if weight is not None:  # this rank's share of the global mean
+                loss_info = loss_info._replace(loss=loss_info.loss * weight)
+            self.update_with_gradient(loss_info, self._max_grad_norm)
         means = torch.stack(stats).mean(0)
         return {f"aux/{k}": v for k, v in zip(loss_info.extra, means)}
+
+    def _aux_minibatches(self, batch: AuxBatch):
+        """(minibatch, loss weight or None) of every epoch of the phase; the
+        same number on every rank (see `PPOAlgorithm`'s uneven_batches)."""
+        if not self._uneven:
+            for _ in range(self._aux_epochs):
+                for mb in iterate_minibatches(batch,
+                                              self._aux_mini_batch_size):
+                    yield mb, None
+            return
+        indices = uneven_minibatch_indices(batch.returns.shape[0],
+                                           self._aux_per_epoch,
+                                           self._aux_epochs)
+        weights, _ = rank_weights(indices)
+        for idx, weight in zip(indices, weights):
+            yield nest.map_structure(lambda x: x[idx], batch), weight
 
     @distributed.data_distributed
     def aux_minibatch_loss(self, mb: AuxBatch) -> LossInfo:

@@ -99,7 +99,7 @@ def uneven_minibatch_indices(n: int, per_epoch: int,
     return out
 
 
-def _rank_weights(indices: List[torch.Tensor]):
+def rank_weights(indices: List[torch.Tensor]):
     """Per minibatch: (this rank's loss weight, the global row count).
 
     DDP averages the ranks' gradients; weighting each rank's mean loss by
@@ -220,7 +220,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         if self._uneven:
             indices = uneven_minibatch_indices(
                 n, self._minibatches_per_epoch, self._num_epochs)
-            weights, counts = _rank_weights(indices)
+            weights, counts = rank_weights(indices)
         else:
             indices = minibatch_indices(n, self._mini_batch_size,
                                         self._num_epochs)

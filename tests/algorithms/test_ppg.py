@@ -7,6 +7,7 @@ import torch
 
 from alf import nest
 from alf.algorithms.ppg_algorithm import AuxBatch, PPGAlgorithm
+from alf.algorithms.ppo_algorithm import PPOAlgorithm, PPOBatch
 from alf.data_structures import Experience
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
@@ -152,8 +153,46 @@ def test_aux_mini_batch_larger_than_the_aux_phase_is_refused():
                    f"{T}); use at most {2 * T * B}")
 
 
-def test_uneven_batches_are_refused_until_the_aux_phase_weights_them():
-    from alf.utils.errors import ConfigError
-    with pytest.raises(ConfigError, match="uneven_batches=True is not "
-                       "supported"):
-        _ppg(uneven_batches=True)
+# ---- uneven batches: rank 0 collects 3 steps, rank 1 5, per iteration ------
+STEPS = (3, 5)
+
+
+def _rank_unrolls(rank):
+    cols = slice(rank * B // 2, (rank + 1) * B // 2)
+    return [nest.map_structure(lambda x: x[:STEPS[rank], cols], exp)
+            for exp in _unrolls(2)]
+
+
+def _train_ppg_uneven(rank, world_size):
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters", True)
+    alg = _ppg(world_size, uneven_batches=True)
+    activate_ddp(alg)
+    phases = 0
+    for exp in _rank_unrolls(rank):
+        for t in range(exp.reward.shape[0]):
+            alg.store(nest.map_structure(lambda x: x[t], exp))
+        phases += "aux/kl" in alg.train_iter(0.0)
+    return phases, {n: t.clone() for n, t in distributed.synced_state(alg)}
+
+
+def test_uneven_batches_through_an_aux_phase_equal_one_process():
+    """Two policy phases and one auxiliary phase on ranks holding 6 and 10
+    samples per iteration == one process on the union of them."""
+    alg = _ppg(1, uneven_batches=True)
+    parts = [_rank_unrolls(r) for r in range(2)]
+    for i in range(2):
+        # Each rank's GAE on its own steps; the union trained at once.
+        batches = [PPOAlgorithm._prepare_batch(alg, p[i]) for p in parts]
+        union = PPOBatch(*[torch.cat(x) for x in zip(*batches)])
+        alg._store_aux(union.observation, union.returns)
+        alg.train_on_batch(union)
+    alg._auxiliary_phase()
+    ref = {n: t.clone() for n, t in distributed.synced_state(alg)}
+    ranks = values(run_ranks(_train_ppg_uneven, 2))
+    assert all(phases == 1 for phases, _ in ranks)
+    for name, r in ref.items():
+        for _, state in ranks:
+            diff = (state[name].double() - r.double()).abs().max().item()
+            assert diff <= 1e-5, f"{name}: max abs diff {diff}"
+    w = "actor.aux_value_head.weight"
+    assert not torch.allclose(_ppg().state_dict()[w], ref[w])
