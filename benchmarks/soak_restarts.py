@@ -28,6 +28,7 @@ _STEPS_PER_ITER = 8 * 32  # ppo_cart_pole.gin: num_envs x unroll_length
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from alf.trainers.evaluator import read_eval_csv  # noqa: E402
+from alf.utils.process import rank_pids  # noqa: E402
 
 
 def _start(root: str, steps: int, restarts: int):
@@ -48,23 +49,6 @@ def _start(root: str, steps: int, restarts: int):
 
     threading.Thread(target=read, daemon=True).start()
     return proc, lines
-
-
-def _ranks(launcher: int):
-    try:
-        with open(f"/proc/{launcher}/task/{launcher}/children") as f:
-            pids = [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-    ranks = []
-    for pid in sorted(pids):
-        try:
-            with open(f"/proc/{pid}/cmdline") as f:
-                if "spawn_main" in f.read():
-                    ranks.append(pid)
-        except OSError:
-            pass
-    return ranks
 
 
 def _check(root: str, steps: int):
@@ -114,7 +98,7 @@ def main():
         deadline = time.time() + args.kill_every * rng.uniform(0.75, 1.25)
         while poll() is None and time.time() < deadline:
             time.sleep(0.5)
-        ranks = _ranks(proc.pid)
+        ranks = rank_pids(proc.pid)
         if proc.poll() is None and ranks:
             rank = rng.randrange(len(ranks))
             os.kill(ranks[rank], signal.SIGKILL)

@@ -70,7 +70,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         if setup is not None:
             setup[0](*setup[1])
         with process_group.process_group(rank, world_size, backend,
-                                       init_file):
+                                         init_file):
             fn(*args)
     except TrainingInterrupted as e:
         if rank == 0:
@@ -140,26 +140,19 @@ def _stop_resource_tracker() -> None:
             pass
 
 
-def _process_state(pid: int) -> str:
-    """The kernel's one-letter state of ``pid`` (``T``: stopped), or ''."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
 class _Round:
     """One start of all ranks: what happened to them, and why it ended."""
 
     def __init__(self, procs: List[mp.Process]):
         self.procs = procs
         self.signal: Optional[int] = None  # a stop signal the launcher got
-        self.failed_at: Optional[float] = None
-        self.deaths: Dict[int, Tuple[float, int]] = {}  # rank -> (t, code)
+        # Ranks that ended on their own with a failure: rank -> (t, code).
+        self.deaths: Dict[int, Tuple[float, int]] = {}
+        # At the first failure: the ranks still alive, and which of those
+        # were stopped (SIGSTOP).
         self.alive_at_failure: List[int] = []
-        self.stopped: List[int] = []  # of those, ranks stopped (SIGSTOP)
-        self.messages: List[tuple] = []
+        self.stopped: List[int] = []
+        self.messages: List[tuple] = []  # the ranks' reports
 
     def watch(self) -> None:
         """Records ranks that end on their own with a failure."""
@@ -167,22 +160,23 @@ class _Round:
             if (rank not in self.deaths and p.exitcode is not None
                     and p.exitcode != EXIT_OK
                     and p.exitcode < 128):  # not a clean stop on a signal
-                self.deaths[rank] = (time.time(), p.exitcode)
-                if self.failed_at is None:
-                    self.failed_at = time.time()
+                if not self.deaths:
                     self.alive_at_failure = [
                         r for r, q in enumerate(self.procs) if q.is_alive()]
-                    self.stopped = [r for r in self.alive_at_failure if
-                                    _process_state(self.procs[r].pid) == "T"]
+                    self.stopped = [
+                        r for r in self.alive_at_failure
+                        if process.stat_fields(self.procs[r].pid)[:1] ==
+                        ["T"]]
+                self.deaths[rank] = (time.time(), p.exitcode)
 
     def cause(self, timeout_hint: str) -> Optional[Tuple[str, bool]]:
         """(one report of the failure, whether restarting may help), or
         None when no rank failed."""
-        kinds = {m[1]: m for m in sorted(self.messages, reverse=True)}
+        reported = {m[1] for m in self.messages}
         primary = [(t, r, k, text) for t, r, k, text in self.messages
                    if k in ("error", "crash")]
         for rank, (t, code) in self.deaths.items():
-            if rank not in kinds:  # died without a word: killed, or exit()
+            if rank not in reported:  # died without a word: killed, exit()
                 primary.append((t, rank, "death", code))
         if primary:
             _, rank, kind, text = min(primary)
@@ -194,7 +188,7 @@ class _Round:
         secondary = [m for m in self.messages if m[2] == "secondary"]
         if not secondary:
             return None
-        silent = [r for r in self.alive_at_failure if r not in kinds]
+        silent = [r for r in self.alive_at_failure if r not in reported]
         if silent:
             names = ", ".join(f"rank {r}" for r in silent)
             how = (" (its process was stopped, SIGSTOP)"
@@ -265,7 +259,7 @@ def _supervise(rnd: _Round, got: List[int], stop_grace: float,
                 _stop(procs, stop_grace)
                 return
         rnd.watch()
-        if rnd.failed_at is not None:
+        if rnd.deaths:
             # The others usually fail on their own at once (their peer is
             # gone); aborting them mid-way could break off their closing of
             # environment workers.

@@ -6,6 +6,7 @@ Kept free of torch imports: environment worker subprocesses import this.
 import ctypes
 import signal
 import sys
+from typing import List
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -53,6 +54,39 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))
         except OSError:
             pass
+
+
+def stat_fields(pid: int) -> List[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state,
+    parent, process group, session, ...), or [] if ``pid`` is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def children(pid: int) -> List[int]:
+    """Direct children of ``pid`` (Linux), oldest first; [] if it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return sorted(int(x) for x in f.read().split())
+    except OSError:
+        return []
+
+
+def rank_pids(launcher: int) -> List[int]:
+    """The rank processes of `alf.bin.launch`'s launcher ``launcher``, by
+    rank (spawned in rank order; its resource tracker is not one)."""
+    ranks = []
+    for pid in children(launcher):
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                if "spawn_main" in f.read():
+                    ranks.append(pid)
+        except OSError:
+            pass
+    return ranks
 
 
 def ignore_run_signals() -> None:

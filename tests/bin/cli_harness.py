@@ -7,18 +7,16 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
+from alf.utils.process import stat_fields
+
 
 def session_processes(sid: int) -> List[Tuple[int, str]]:
     """(pid, state) of the processes in session ``sid`` (zombies too)."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:  # field 6 of stat: session id
+            fields = stat_fields(int(entry))
+            if fields and int(fields[3]) == sid:  # field 6 of stat: session
                 pids.append((int(entry), fields[0]))
     return pids
 
@@ -38,25 +36,6 @@ def assert_no_process_left(sid: int, seconds: float = 15) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind: {left}"
-
-
-def children(pid: int) -> List[int]:
-    """Direct children of ``pid``, oldest first."""
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return sorted(int(x) for x in f.read().split())
-
-
-def rank_pids(launcher: int) -> List[int]:
-    """The rank processes of a launcher, by rank (spawned in rank order)."""
-    ranks = []
-    for pid in children(launcher):
-        try:
-            with open(f"/proc/{pid}/cmdline") as f:
-                if "spawn_main" in f.read():
-                    ranks.append(pid)
-        except OSError:
-            pass
-    return ranks
 
 
 class Run:

@@ -4,15 +4,14 @@ process."""
 import glob
 import os
 import signal
-import subprocess
-import threading
 import time
 
 import pytest
 import torch
 
+from alf.utils.process import children
+from cli_harness import Run, assert_no_process_left
 from test_train import _cmd, _env
-from cli_harness import Run, assert_no_process_left, children, live
 
 pytestmark = pytest.mark.timeout(180)
 

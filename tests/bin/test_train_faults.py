@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from alf.trainers.evaluator import read_eval_csv
-from cli_harness import Run, assert_no_process_left, children, rank_pids
+from alf.utils.process import children, rank_pids
+from cli_harness import Run, assert_no_process_left
 from test_train_distributed import MP, REPO, TINY, _cmd
 
+ENDLESS = 10_000_000  # env steps: the run ends on a signal or a failure
 # 64 env steps per iteration; a checkpoint every 1280.
 LONG = TINY + ["TrainerConfig.log_interval_seconds=0.2",
                "TrainerConfig.eval_interval=20",
@@ -33,8 +35,10 @@ def _env(tmp_path):
     return env
 
 
-def _rendezvous_left(tmp_path):
-    return glob.glob(str(tmp_path / "tmp" / "alf-rendezvous-*"))
+def _assert_nothing_left(run, tmp_path, seconds=15):
+    """No process of the run's session and no rendezvous folder remain."""
+    assert_no_process_left(run.proc.pid, seconds)
+    assert not glob.glob(str(tmp_path / "tmp" / "alf-rendezvous-*"))
 
 
 def _start(tmp_path, steps, extra=MP, params=(), cmd=None):
@@ -66,7 +70,7 @@ def _assert_finished(root, steps):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_preemption_signal_checkpoints_and_exits_conventionally(tmp_path,
                                                                 sig):
-    run, root = _start(tmp_path, 10_000_000)
+    run, root = _start(tmp_path, ENDLESS)
     start = time.time()
     run.proc.send_signal(sig)  # to the launcher alone, as Kubernetes does
     code = run.finish(timeout=30)
@@ -76,8 +80,7 @@ def test_preemption_signal_checkpoints_and_exits_conventionally(tmp_path,
     assert run.out.count(f"{name}: stopped at") == 1, run.out[-3000:]
     assert run.out.count("stopping after this iteration") == 1
     assert "Traceback" not in run.out
-    assert_no_process_left(run.proc.pid)
-    assert not _rendezvous_left(tmp_path)
+    _assert_nothing_left(run, tmp_path)
     ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
     assert ckpts
     resumed = Run(_cmd(root, LONG + ["TrainerConfig.num_env_steps=2560"]),
@@ -90,18 +93,17 @@ def test_preemption_signal_checkpoints_and_exits_conventionally(tmp_path,
 def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
     """A scheduler signals every process of the job: the environment
     workers must not die before the ranks have checkpointed."""
-    run, root = _start(tmp_path, 10_000_000,
+    run, root = _start(tmp_path, ENDLESS,
                        params=["TrainerConfig.async_env=True"])
     os.killpg(run.proc.pid, signal.SIGTERM)
     assert run.finish(timeout=30) == 143, run.out[-3000:]
     assert "SIGTERM: stopped at" in run.out and "Traceback" not in run.out
-    assert_no_process_left(run.proc.pid)
-    assert not _rendezvous_left(tmp_path)
+    _assert_nothing_left(run, tmp_path)
 
 
 @pytest.mark.timeout(200)
 def test_sigusr1_checkpoints_and_training_goes_on(tmp_path):
-    run, root = _start(tmp_path, 10_000_000,
+    run, root = _start(tmp_path, ENDLESS,
                        params=["TrainerConfig.checkpoint_interval=100000"])
     run.proc.send_signal(signal.SIGUSR1)
     deadline = time.time() + 30
@@ -112,25 +114,24 @@ def test_sigusr1_checkpoints_and_training_goes_on(tmp_path):
     assert run.proc.poll() is None  # still training
     run.proc.send_signal(signal.SIGINT)
     assert run.finish(timeout=30) == 130
-    assert_no_process_left(run.proc.pid)
+    _assert_nothing_left(run, tmp_path)
 
 
 @pytest.mark.timeout(200)
 def test_a_killed_rank_is_named_with_its_signal(tmp_path):
-    run, root = _start(tmp_path, 10_000_000)
+    run, root = _start(tmp_path, ENDLESS)
     os.kill(rank_pids(run.proc.pid)[1], signal.SIGKILL)
     assert run.finish(timeout=60) == 1
     err = run.out.strip().splitlines()
     assert any("rank 1 was killed by SIGKILL (exit -9" in ln for ln in err), \
         run.out[-3000:]
     assert "Connection reset" not in run.out and "Traceback" not in run.out
-    assert_no_process_left(run.proc.pid)
-    assert not _rendezvous_left(tmp_path)
+    _assert_nothing_left(run, tmp_path)
 
 
 @pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_after_the_collective_timeout(tmp_path):
-    run, root = _start(tmp_path, 10_000_000,
+    run, root = _start(tmp_path, ENDLESS,
                        params=["collective_timeout.seconds=20"])
     start = time.time()
     os.kill(rank_pids(run.proc.pid)[1], signal.SIGSTOP)
@@ -139,7 +140,7 @@ def test_a_stalled_rank_is_named_after_the_collective_timeout(tmp_path):
     assert "rank 1 stopped answering" in run.out, run.out[-3000:]
     assert "SIGSTOP" in run.out and "after 20 s" in run.out
     assert "Traceback" not in run.out
-    assert_no_process_left(run.proc.pid)
+    _assert_nothing_left(run, tmp_path)
     with open(root / "config.gin") as f:  # the setting took effect
         assert "collective_timeout.seconds = 20" in f.read()
 
@@ -155,8 +156,7 @@ def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
     assert "restart 1 of 1" in run.out
     assert "resumed from" in run.out
     _assert_finished(root, steps)
-    assert_no_process_left(run.proc.pid)
-    assert not _rendezvous_left(tmp_path)
+    _assert_nothing_left(run, tmp_path)
 
 
 def _torchrun_cmd(root, steps, params=(), extra=()):
@@ -195,7 +195,7 @@ def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_under_torchrun(tmp_path):
-    cmd = _torchrun_cmd(tmp_path / "run", 10_000_000,
+    cmd = _torchrun_cmd(tmp_path / "run", ENDLESS,
                         ["collective_timeout.seconds=10"])
     run, _ = _start(tmp_path, 0, cmd=cmd)
     os.kill(_torchrun_workers(run.proc.pid)[-1], signal.SIGSTOP)
@@ -207,10 +207,9 @@ def test_a_stalled_rank_is_named_under_torchrun(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_a_killed_launcher_leaves_a_checkpoint_and_no_process(tmp_path):
-    run, root = _start(tmp_path, 10_000_000,
+    run, root = _start(tmp_path, ENDLESS,
                        params=["TrainerConfig.checkpoint_interval=100000"])
     os.kill(run.proc.pid, signal.SIGKILL)  # the ranks get SIGTERM
     run.finish(timeout=30)
-    assert_no_process_left(run.proc.pid, seconds=20)  # ranks, env workers
     assert glob.glob(str(root / "ckpt" / "ckpt-*.pt"))  # saved on the way
-    assert not _rendezvous_left(tmp_path)
+    _assert_nothing_left(run, tmp_path, seconds=20)  # ranks, env workers
