@@ -103,12 +103,15 @@ def _train_under_torchrun(root_dir: str) -> int:
     return 0
 
 
-def _who_failed(silent, rank: int) -> str:
+def _who_failed(heard, rank: int) -> str:
+    """Names the ranks that `process_group.silent_ranks` found silent."""
+    silent, seconds = heard or ([], 0.0)
     if not silent:
         return "another rank failed (torchrun names it)"
     names = ", ".join(f"rank {r}" for r in silent)
-    return (f"{names} showed no sign of life for 3 s (stalled or dead; a "
-            f"'Root Cause' of rank {rank} below only timed out waiting)")
+    return (f"{names} showed no sign of life for {seconds:g} s (stalled or "
+            f"dead; a 'Root Cause' of rank {rank} below only timed out "
+            "waiting)")
 
 
 def _num_gpus_for_multi_gpu() -> int:

@@ -332,11 +332,8 @@ class Trainer:
         iteration if any of them was asked to, whichever rank the signal
         reached; one all-reduce of two numbers.
         """
-        flags = torch.tensor([float(self._stop_signal),
-                              float(self._checkpoint_asked)])
-        if distributed.is_distributed():
-            import torch.distributed as dist
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        flags = distributed.all_reduce_max(torch.tensor(
+            [float(self._stop_signal), float(self._checkpoint_asked)]))
         self._checkpoint_asked = False
         if flags[0] and not self._stop_signal:
             self._stop_signal = int(flags[0])

@@ -31,10 +31,10 @@ __all__ = [
     "DistributedError", "data_distributed", "data_distributed_when",
     "make_ddp_performer", "activate_ddp", "exclude_from_ddp",
     "is_distributed", "get_rank", "get_world_size", "process_group",
-    "all_reduce_sum", "all_reduce_mean", "standardize", "standardize_parts",
-    "check_weights_equal", "broadcast_object", "local_device", "uses_gpus",
-    "collective_timeout", "rendezvous_file", "remove_rendezvous",
-    "is_peer_failure", "peer_failure_reason"
+    "all_reduce_sum", "all_reduce_max", "all_reduce_mean", "standardize",
+    "standardize_parts", "check_weights_equal", "broadcast_object",
+    "local_device", "uses_gpus", "collective_timeout", "rendezvous_file",
+    "remove_rendezvous", "is_peer_failure", "peer_failure_reason"
 ]
 
 
@@ -64,6 +64,14 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sums ``tensor`` in place across ranks; a no-op in a single process."""
     if is_distributed():
         dist.all_reduce(tensor)
+    return tensor
+
+
+def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
+    """Elementwise maximum of ``tensor`` across ranks, in place; a no-op in
+    a single process."""
+    if is_distributed():
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return tensor
 
 
@@ -528,8 +536,7 @@ def check_weights_equal(module: nn.Module) -> None:
         return
     named = synced_state(module)
     sums = _checksums([t.detach() for _, t in named])
-    both = torch.cat([sums, -sums])
-    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    both = all_reduce_max(torch.cat([sums, -sums]))
     hi, lo = both[:len(sums)], both[len(sums):]
     bad = (hi != -lo).nonzero()
     if len(bad):

@@ -55,11 +55,16 @@ class Heartbeat:
                 counts.append(None)
         return counts
 
+    @property
+    def window(self) -> float:
+        """Seconds `silent_ranks` watches the counters for."""
+        return 3 * self._interval
+
     def silent_ranks(self) -> List[int]:
-        """Other ranks whose counter did not move over ``3 * interval`` s
+        """Other ranks whose counter did not move over `window` seconds
         (stalled, or dead); waits that long."""
         before = self._counts()
-        time.sleep(3 * self._interval)
+        time.sleep(self.window)
         after = self._counts()
         return [r for r in range(self._world) if r != self._rank
                 and (after[r] is None or after[r] == before[r])]

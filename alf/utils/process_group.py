@@ -11,7 +11,7 @@ import datetime
 import os
 import shutil
 import tempfile
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import gin
 import torch
@@ -88,10 +88,13 @@ _LOCAL_RANK: Optional[int] = None
 _HEARTBEAT: Optional[Heartbeat] = None
 
 
-def silent_ranks() -> Optional[List[int]]:
-    """Under torchrun, the other ranks that have shown no sign of life for a
-    few seconds (it waits that long); None where no heartbeat runs."""
-    return None if _HEARTBEAT is None else _HEARTBEAT.silent_ranks()
+def silent_ranks() -> Optional[Tuple[List[int], float]]:
+    """Under torchrun: (the other ranks that showed no sign of life, the
+    seconds watched), after watching that long; None where no heartbeat
+    runs."""
+    if _HEARTBEAT is None:
+        return None
+    return _HEARTBEAT.silent_ranks(), _HEARTBEAT.window
 
 
 def _torchrun_store(rank: int, world_size: int,
