@@ -27,7 +27,6 @@ After training, ``hand`` and ``dec`` must hold the same weights (checked).
         [--big_steps 10] [--skip_big]
 """
 import argparse
-import multiprocessing as mp
 import os
 import pickle
 import statistics
@@ -40,6 +39,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from alf.utils import distributed
+from runs import two_gloo_ranks
 
 OBS, ACTIONS, POOL = 64, 4, 8  # observation size, actions, batches per rank
 VARIANTS = ("hand", "hand-bv", "dec", "dec-nochk", "local")
@@ -204,17 +204,7 @@ def main():
 
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min), "
           f"{os.getloadavg()[1]:.2f} (5 min); {os.cpu_count()} cores")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with distributed.rendezvous_file() as init_file:
-        procs = [ctx.Process(target=_rank_main,
-                             args=(r, init_file, args, queue))
-                 for r in range(2)]
-        for p in procs:
-            p.start()
-        result = pickle.loads(queue.get(timeout=3600))
-        for p in procs:
-            p.join()
+    result = pickle.loads(two_gloo_ranks(_rank_main, args))
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min), "
           f"{os.getloadavg()[1]:.2f} (5 min)")
 

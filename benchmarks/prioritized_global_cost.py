@@ -14,7 +14,6 @@ the load imbalance of its per-rank split at larger scales.
     python benchmarks/prioritized_global_cost.py [--capacity 100000]
 """
 import argparse
-import multiprocessing as mp
 import statistics
 import time
 
@@ -22,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from alf.data_structures import Experience
+from runs import two_gloo_ranks
 
 MODES = ("uniform", "prioritized", "prioritized_global")
 
@@ -36,7 +36,9 @@ def _fill(buffer, steps: int, envs: int) -> None:
                                     torch.zeros(envs, dtype=torch.bool), obs))
 
 
-def _rank(rank, world, init_file, capacity, batch, repeats, out):
+def _rank(rank, init_file, args, out):
+    capacity, batch, repeats = args
+    world = 2
     from alf.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
     from alf.utils import distributed
     torch.set_num_threads(1)
@@ -69,19 +71,7 @@ def _rank(rank, world, init_file, capacity, batch, repeats, out):
 
 def measure(capacity: int, batch: int, repeats: int) -> dict:
     """Median ms per minibatch draw on rank 0 of 2 gloo ranks, by mode."""
-    from alf.utils.distributed import rendezvous_file
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    with rendezvous_file() as init_file:
-        procs = [ctx.Process(target=_rank, args=(r, 2, init_file, capacity,
-                                                 batch, repeats, out))
-                 for r in range(2)]
-        for p in procs:
-            p.start()
-        result = out.get(timeout=600)
-        for p in procs:
-            p.join(timeout=60)
-    return result
+    return two_gloo_ranks(_rank, (capacity, batch, repeats), timeout=600)
 
 
 def imbalance(world: int, batch: int, trials: int = 2000) -> float:

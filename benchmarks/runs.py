@@ -1,14 +1,35 @@
-"""Helpers for benchmark scripts: run the train CLI (curves, throughput)."""
+"""Helpers for benchmark scripts: run the train CLI (curves, throughput),
+or a function in two gloo ranks."""
+import multiprocessing as mp
 import os
 import re
 import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 from alf.bin.compare import welch_pvalue
 from alf.trainers.evaluator import read_eval_csv
+
+
+def two_gloo_ranks(target: Callable, args: Any,
+                   timeout: float = 3600) -> Any:
+    """Runs ``target(rank, init_file, args, queue)`` in 2 spawned processes
+    (they form a gloo group through ``init_file``); returns the one object
+    that rank 0 puts on ``queue``."""
+    from alf.utils.distributed import rendezvous_file
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with rendezvous_file() as init_file:
+        procs = [ctx.Process(target=target, args=(r, init_file, args, queue))
+                 for r in range(2)]
+        for p in procs:
+            p.start()
+        result = queue.get(timeout=timeout)
+        for p in procs:
+            p.join(timeout=60)
+    return result
 
 
 def train_runs(gin_file: str, root: str, seeds: Sequence[int],

@@ -28,7 +28,6 @@ loss). Two modes:
     python benchmarks/unused_parameters_cost.py --mode calls [--blocks 150]
 """
 import argparse
-import multiprocessing as mp
 import os
 import pickle
 import statistics
@@ -41,7 +40,7 @@ import torch.distributed as dist
 
 from alf.utils import distributed
 from ddp_decorator_overhead import POOL, Nets, _batches
-from runs import throughput_params, train_throughput
+from runs import throughput_params, train_throughput, two_gloo_ranks
 
 
 # ---- --mode train -----------------------------------------------------------
@@ -155,17 +154,7 @@ def _calls_rank(rank, init_file, args, queue):
 def calls_mode(args):
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min); "
           f"{os.cpu_count()} cores", flush=True)
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with distributed.rendezvous_file() as init_file:
-        procs = [ctx.Process(target=_calls_rank,
-                             args=(r, init_file, args, queue))
-                 for r in range(2)]
-        for p in procs:
-            p.start()
-        result = pickle.loads(queue.get(timeout=3600))
-        for p in procs:
-            p.join()
+    result = pickle.loads(two_gloo_ranks(_calls_rank, args))
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
     print(f"\n2 gloo ranks, 1 torch thread each, 64x64 actor and critic, "
           f"batch {args.batch}/rank, {args.blocks} rounds x {args.steps} "
