@@ -116,12 +116,18 @@ def _remove_quietly(path: str) -> None:
         pass  # never written, or the disk is gone: nothing more to do
 
 
+def free_space(folder: str) -> str:
+    """``"N bytes free"`` on ``folder``'s file system, for a message about a
+    write that failed there."""
+    try:
+        return f"{shutil.disk_usage(folder).free} bytes free"
+    except OSError:
+        return "free space unknown"
+
+
 def _write_failure(path: str, size: int, error: OSError) -> str:
     """The one-line message of a checkpoint write that failed."""
-    try:
-        free = f"{shutil.disk_usage(os.path.dirname(path)).free} bytes free"
-    except OSError:
-        free = "free space unknown"
+    free = free_space(os.path.dirname(path))
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
     what = "the disk is full" if full else "the write failed"
     return (f"cannot write checkpoint {path}: {what} ({error.strerror or error}"

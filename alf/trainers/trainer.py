@@ -6,7 +6,6 @@ the process group already set up. Rank 0 alone writes files and the console.
 import errno
 import math
 import os
-import shutil
 import signal
 import threading
 import time
@@ -16,7 +15,8 @@ import gin
 import torch
 from absl import logging
 
-from alf.trainers.checkpointer import Checkpointer, describe_mismatch
+from alf.trainers.checkpointer import (Checkpointer, describe_mismatch,
+                                      free_space)
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (Evaluator, append_eval_csv,
@@ -426,12 +426,9 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 def _disk_failure(root_dir: str, error: OSError) -> str:
     """One line for a summary, eval.csv or config.gin write that failed
     (checkpoint writes say so themselves)."""
-    try:
-        free = f"{shutil.disk_usage(root_dir).free} bytes free"
-    except OSError:
-        free = "free space unknown"
     return (f"cannot write {error.filename or root_dir}: "
-            f"{error.strerror or error} ({free}); the checkpoints already "
+            f"{error.strerror or error} ({free_space(root_dir)}); the "
+            "checkpoints already "
             "saved are intact; free some space (or use another --root_dir) "
             "and run the same command to resume")
 
