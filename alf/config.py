@@ -103,14 +103,13 @@ def parse_config(gin_files: Iterable[str],
     return paths
 
 
-# Bindings whose values are only read deep into training (after files are
-# written): checked at parse time instead. (binding, valid values)
-_CHOICES = [("make_ddp_performer.find_unused_parameters", (True, False,
-                                                          "auto"))]
-
-
 def _check_values() -> None:
-    for binding, valid in _CHOICES:
+    """Checks bindings whose values are only read deep into training (after
+    files are written) at parse time instead."""
+    from alf.utils.distributed import FIND_UNUSED_PARAMETERS
+    choices = [("make_ddp_performer.find_unused_parameters",
+                FIND_UNUSED_PARAMETERS)]
+    for binding, valid in choices:
         try:
             value = gin.query_parameter(binding)
         except ValueError:  # not bound: the default applies

@@ -187,6 +187,10 @@ class _MethodPerformer(nn.Module):
         return method(self.module, *args, **kwargs)
 
 
+#: The values of `make_ddp_performer`'s ``find_unused_parameters``.
+FIND_UNUSED_PARAMETERS = (True, False, "auto")
+
+
 @gin.configurable(denylist=["init_sync"])
 def make_ddp_performer(module: nn.Module,
                        find_unused_parameters: Union[bool, str] = "auto",
@@ -240,7 +244,7 @@ def make_ddp_performer(module: nn.Module,
         ConfigError: for a ``find_unused_parameters`` other than True,
             False or 'auto'.
     """
-    if find_unused_parameters not in (True, False, "auto"):
+    if find_unused_parameters not in FIND_UNUSED_PARAMETERS:
         raise ConfigError(
             f"make_ddp_performer.find_unused_parameters = "
             f"{find_unused_parameters!r}: expected True, False or 'auto'")
