@@ -66,6 +66,7 @@ def parse_config(gin_files: Iterable[str],
     """
     import alf.algorithms  # noqa: F401  (registers configurables)
     import alf.environments.suite_gym  # noqa: F401
+    import alf.environments.straggler  # noqa: F401
     import alf.trainers  # noqa: F401
 
     paths = [find_gin_file(f) for f in gin_files]

@@ -52,6 +52,12 @@ class OffPolicyAlgorithm(RLAlgorithm):
         max_grad_norm: clip the global gradient norm (None: no clipping).
     """
 
+    # Collection ending early only stores fewer transitions; the number of
+    # updates per iteration is the config's on every rank. Asynchronous
+    # rollouts ended early have columns of different lengths, which a
+    # replay buffer storing whole time steps cannot take.
+    preemptible_unroll_modes = ("sync", )
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  config, replay: str = "uniform",
                  priority_alpha: float = 0.6, priority_beta: float = 0.4,
@@ -161,10 +167,20 @@ class OffPolicyAlgorithm(RLAlgorithm):
         needed = max(self._initial_collect, self._mini_batch_size, 1)
         return len(self.replay_buffer) >= needed
 
+    def _ready_everywhere(self) -> bool:
+        """`ready`, agreed by every rank: with straggler preemption ranks
+        store different amounts, and whether to update is a control-flow
+        decision (one all-reduce, only then)."""
+        ready = self.ready()
+        if not getattr(self.config, "preempt_stragglers", False):
+            return ready
+        return not distributed.all_reduce_max(
+            torch.tensor([float(not ready)]))[0]
+
     def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
         self._commit_normalizer()
         self._progress = progress
-        if not self.ready():
+        if not self._ready_everywhere():
             return {}
         names, stats = None, []
         for _ in range(self._num_updates):

@@ -149,8 +149,13 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             minibatch's global sample count, so that DDP's averaged
             gradient is the mean gradient over all ranks' samples; the KL
             early stop averages with the same weights. Costs one
-            all-reduce per iteration.
+            all-reduce per iteration. ``TrainerConfig.preempt_stragglers``
+            turns it on.
     """
+
+    # Unrolls ended early: shorter (sync), or with environments ended at
+    # steps of their own (async, `OnPolicyAlgorithm.unroll_lengths`).
+    preemptible_unroll_modes = ("sync", "async")
 
     def __init__(self, observation_space, action_space, config,
                  actor_network_ctor: Callable = ActorDistributionNetwork,
@@ -188,7 +193,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._reward_scale = reward_scale
         self._num_epochs = config.num_updates_per_train_iter
         self._mini_batch_size = config.mini_batch_size
-        self._uneven = uneven_batches
+        self._uneven = uneven_batches or getattr(config,
+                                                 "preempt_stragglers", False)
         # Minibatches per epoch, the same on every rank whatever it holds.
         self._minibatches_per_epoch = math.ceil(
             config.unroll_length * config.num_envs / config.mini_batch_size)
@@ -260,15 +266,27 @@ class PPOAlgorithm(OnPolicyAlgorithm):
 
     @torch.no_grad()
     def _prepare_batch(self, exp: Experience) -> PPOBatch:
-        """Flattens one unroll [T, B] into N transitions with advantages."""
+        """Flattens one unroll [T, B] into N transitions with advantages
+        (only the real steps of an unroll whose environments ended at
+        different steps, `OnPolicyAlgorithm.unroll_lengths`)."""
         t, b = exp.reward.shape
         both = torch.cat([exp.observation, exp.next_observation])
         values, next_values = self.value_net(both.flatten(0, 1)).view(
             2, t, b).unbind(0)
+        truncated, keep = exp.truncated, None
+        if self.unroll_lengths is not None:
+            # An environment's last real step ends its unroll as step T - 1
+            # ends a whole one: bootstrapped from V(s'), nothing after it
+            # (the padding) flows back.
+            step = torch.arange(t, device=truncated.device)[:, None]
+            lengths = self.unroll_lengths.to(truncated.device)
+            truncated = truncated | (step == lengths - 1)
+            keep = (step < lengths).flatten()
         adv = generalized_advantage_estimation(
-            exp.reward * self._reward_scale, values, next_values, exp.terminated, exp.truncated,
-            self._gamma, self._lambda)
-        flat = lambda x: x.flatten(0, 1)
+            exp.reward * self._reward_scale, values, next_values,
+            exp.terminated, truncated, self._gamma, self._lambda)
+        flat = ((lambda x: x.flatten(0, 1)) if keep is None else
+                (lambda x: x.flatten(0, 1)[keep]))
         log_prob = start_log_prob = flat(exp.rollout_info)
         if self._stale(exp):
             start_log_prob = self.actor(flat(exp.observation)).log_prob(

@@ -57,6 +57,14 @@ class RLAlgorithm(Algorithm):
             norm.accumulate(observation)
         return norm.normalize(observation)
 
+    #: The ``TrainerConfig.unroll_mode``s in which this algorithm can train
+    #: on rollouts that straggler preemption ended early (shorter than
+    #: ``unroll_length``, of different lengths on different ranks; in
+    #: ``"async"`` mode also of different lengths per environment, see
+    #: `OnPolicyAlgorithm.unroll_lengths`). Each rank must still run the
+    #: same number of collective steps.
+    preemptible_unroll_modes: Tuple[str, ...] = ()
+
     def store(self, exp: Experience) -> None:
         """Stores one batched transition."""
         raise NotImplementedError
@@ -142,15 +150,29 @@ class OnPolicyAlgorithm(RLAlgorithm):
         super().__init__(observation_space, action_space, config, **kwargs)
         self.replay_buffer = ReplayBuffer(config.unroll_length,
                                           config.num_envs)
+        # See `set_unroll_lengths`; None: every column is whole.
+        self.unroll_lengths: Optional[torch.Tensor] = None
 
     def store(self, exp: Experience) -> None:
         self.replay_buffer.add_batch(exp)
+
+    def set_unroll_lengths(self, lengths: torch.Tensor) -> None:
+        """Says that environment ``b`` of the unroll being stored has only
+        ``lengths[b]`` real steps; the rows after them are padding (an
+        asynchronous rollout that preemption ended early, where each
+        environment had got to its own step). Holds for the next
+        `train_iter`; `train_on_unroll` then finds it in
+        ``self.unroll_lengths``."""
+        self.unroll_lengths = lengths
 
     def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
         self._commit_normalizer()
         exp = self.replay_buffer.gather_all()
         self.replay_buffer.clear()
-        return self.train_on_unroll(exp, progress)
+        try:
+            return self.train_on_unroll(exp, progress)
+        finally:
+            self.unroll_lengths = None
 
     def train_on_unroll(self, exp: Experience,
                         progress: float) -> Dict[str, torch.Tensor]:

@@ -12,7 +12,9 @@ behind: then it waits for the next version.
 Messages (`encode`d, over the actor's pipe):
 
 * learner -> actor: ``("start", env_seed, torch_seed, version, state)``,
-  ``("state", version, state)``, ``("stop",)``;
+  ``("state", version, state)``, ``("cut", u, min_steps)`` (straggler
+  preemption: end unroll ``u`` now, or once it has ``min_steps`` steps),
+  ``("stop",)``;
 * actor -> learner: ``("ready", observation_space, action_space,
   episode metric names)``,
   ``("unroll", u, experience, episode_info, normalizer_sums, (seconds,
@@ -34,7 +36,7 @@ from alf.data_structures import Experience
 
 
 def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
-               unroll_length: int, max_policy_lag: int) -> None:
+               unroll_length: int, max_policy_lag: int, rank: int = 0) -> None:
     """Entry point of an actor process (spawned by `AsyncCollector`).
 
     Args:
@@ -48,8 +50,11 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
         num_envs: environments of this actor.
         unroll_length: steps per environment per unroll.
         max_policy_lag: see `collector`.
+        rank: the rank this actor collects for (`straggler.collecting_rank`).
     """
-    from alf.environments import env_fn
+    import os
+    from alf.environments import env_fn, straggler
+    os.environ[straggler.RANK_VARIABLE] = str(rank)
     env_fn.prepare_worker()
     env_fn.set_environment_process()
     torch.set_num_threads(1)
@@ -136,11 +141,15 @@ class _Actor:
         self._T, self._lag = unroll_length, max_policy_lag
         self._version = 0
         self._storage = None
+        self._cut = (-1, 0)  # (unroll, least steps) of the last "cut"
 
     def _handle(self, message) -> Optional[tuple]:
         kind = message[0]
         if kind == "stop":
             raise _Stop
+        if kind == "cut":
+            self._cut = message[1:]
+            return None
         if kind == "state":
             self._version = message[1]
             self._alg.load_acting_state(message[2])
@@ -202,10 +211,12 @@ class _Actor:
                 {k: ts.episode_info.get(k, nan) for k in names})
             self._write(t, record)
             obs, t = next_obs, t + 1
-            if t == self._T:
+            if t == self._T or (self._cut[0] == unroll and
+                                t >= self._cut[1]):
                 norm = alg.observation_normalizer
                 now, now_cpu = clock(), cpu()
-                _send(self._conn, ("unroll", unroll, *self._storage,
+                part = nest.map_structure(lambda x: x[:t], self._storage)
+                _send(self._conn, ("unroll", unroll, *part,
                                    None if norm is None else
                                    norm.take_pending(),
                                    (now - began, waited, stepping,

@@ -25,6 +25,15 @@ So ``max_policy_lag = 0`` keeps the data exactly on-policy (environments
 still do not wait for each other, but nothing steps during training), and
 ``1`` lets collection run one iteration ahead, as Cleanba's actor does.
 
+Straggler preemption (`alf.trainers.preemption`, given to `start`): the
+synchronous collector ends its unroll before the step at which enough other
+ranks are done; the asynchronous one, while its learner waits for the
+unroll, sends its actors a ``cut``, and each ends the unroll at its own step
+(no earlier than the preemption's ``min_steps``), so the unroll's
+environments may have different lengths (padded, and told to the algorithm
+with `set_unroll_lengths`). Both say what they collected in ``last_steps``
+and ``last_preempted``.
+
 Only the learner's thread talks to the process group: actors have no
 process group, and the receiving thread only queues their messages. Every
 stored step carries the acting policy's ``rollout_info`` (PPO's
@@ -48,6 +57,8 @@ from alf.data_structures import Experience
 from alf.environments.suite_gym import BatchedEnvironment
 from alf.trainers.actor import actor_main, decode, encode
 from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.preemption import Preemption
+from alf.utils import distributed
 from alf.utils.errors import AlfError, ConfigError, TrainingError
 
 UNROLL_MODES = ("sync", "async")
@@ -68,7 +79,9 @@ class SyncCollector:
     def __init__(self, env: BatchedEnvironment, unroll_length: int):
         self._env, self._unroll_length = env, unroll_length
         self._alg = self._episodes = self._obs = None
+        self._preemption: Optional[Preemption] = None
         self._version = 0
+        self.last_steps, self.last_preempted = 0, False
 
     def describe(self):
         """(observation_space, action_space, episode metric names)."""
@@ -77,12 +90,15 @@ class SyncCollector:
                 tuple(getattr(env, "episode_info", ())))
 
     def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
-              version: int, torch_seed: Optional[int] = None) -> None:
+              version: int, torch_seed: Optional[int] = None,
+              preemption: Optional[Preemption] = None) -> None:
         """Resets the environments (env ``i`` gets seed ``env_seed + i``)
         for ``algorithm`` to act in; ``version`` is the policy version of
         the first unroll. Acting draws from torch's global RNG, which the
-        trainer seeds (``torch_seed`` is for `AsyncCollector`)."""
+        trainer seeds (``torch_seed`` is for `AsyncCollector`). With
+        ``preemption``, an unroll ends early when it says so."""
         self._alg, self._episodes, self._version = algorithm, episodes, version
+        self._preemption = preemption
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
                                       .observation)
 
@@ -92,8 +108,14 @@ class SyncCollector:
         alg.policy_version = self._version
         versions = torch.full((env.num_envs, ), self._version,
                               dtype=torch.int64)
+        preemption, steps = self._preemption, self._unroll_length
+        if preemption is not None:
+            preemption.begin(self._version)
         with torch.inference_mode():
-            for _ in range(self._unroll_length):
+            for t in range(self._unroll_length):
+                if preemption is not None and preemption.should_stop(t):
+                    steps = t
+                    break
                 step = alg.rollout_step(obs)
                 ts = env.step(step.output)
                 next_obs = alg.observe(ts.observation)
@@ -107,6 +129,10 @@ class SyncCollector:
                 self._episodes.update(ts.reward, ts.done, ts.episode_info)
                 obs = next_obs
         self._obs = obs
+        self.last_preempted = steps < self._unroll_length
+        self.last_steps = steps * env.num_envs
+        if preemption is not None and not self.last_preempted:
+            preemption.finished()
         return {}
 
     def publish(self, version: int) -> None:
@@ -152,6 +178,8 @@ class AsyncCollector:
         self._unrolls: Dict[int, dict] = {}  # unroll -> actor -> message
         self._error: Optional[BaseException] = None
         self._last_collect = None
+        self._preemption: Optional[Preemption] = None
+        self.last_steps, self.last_preempted = 0, False
         # Actors' CPU seconds (all of it, and in the environments' step)
         # over ``actor_steps`` env steps, for `cpu_per_step`.
         self.actor_cpu = self.env_cpu = 0.0
@@ -169,8 +197,8 @@ class AsyncCollector:
             proc = ctx.Process(target=actor_main, daemon=True,
                                name=f"alf-actor-{i}", args=(
                                    theirs, gin_config, config, spec,
-                                   envs_per_actor,
-                                   self._T, self._lag))
+                                   envs_per_actor, self._T, self._lag,
+                                   distributed.get_rank()))
             proc.start()
             theirs.close()
             self._conns.append(mine)
@@ -189,11 +217,15 @@ class AsyncCollector:
                 return message[1:]
 
     def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
-              version: int, torch_seed: int) -> None:
+              version: int, torch_seed: int,
+              preemption: Optional[Preemption] = None) -> None:
         """Sends every actor ``algorithm``'s policy at ``version`` (also the
         index of the first unroll) and its seeds; env ``i`` of this rank
-        gets seed ``env_seed + i``. Finished episodes go to ``episodes``."""
+        gets seed ``env_seed + i``. Finished episodes go to ``episodes``.
+        With ``preemption``, `collect` cuts an unroll short when it says
+        so."""
         self._alg, self._episodes, self._next = algorithm, episodes, version
+        self._preemption = preemption
         state = algorithm.acting_state()
         for i, (conn, col) in enumerate(zip(self._conns, self._cols)):
             self._send(conn, ("start", env_seed + col,
@@ -210,16 +242,36 @@ class AsyncCollector:
         """
         u, start = self._next, time.perf_counter()
         parts = self._unrolls.setdefault(u, {})
+        preemption, cut = self._preemption, False
+        if preemption is not None:
+            preemption.begin(u)
         while len(parts) < len(self._conns):
-            actor, message = self._get()
-            if message[0] == "unroll":
+            if preemption is not None and not cut and preemption.poll():
+                # Actors that already sent theirs ignore it.
+                message = encode(("cut", u, preemption.min_steps))
+                for i, conn in enumerate(self._conns):
+                    if i not in parts:
+                        self._send(conn, message)
+                cut = True
+            actor, message = self._get(
+                None if preemption is None or cut else preemption.poll_seconds)
+            if actor is not None and message[0] == "unroll":
                 self._unrolls.setdefault(message[1], {})[actor] = message
         del self._unrolls[u]
         waited = time.perf_counter() - start
         parts = [parts[i] for i in range(len(self._conns))]
-        # [T, B] from the actors' [T, b_i] columns, in environment order.
-        exp, info = nest.map_structure(lambda *xs: torch.cat(xs, 1),
-                                       *[(p[2], p[3]) for p in parts])
+        lengths = torch.cat([torch.full((p[2].reward.shape[1], ),
+                                        p[2].reward.shape[0])
+                             for p in parts])
+        T = int(lengths.max())
+        # [T, B] from the actors' [t_i, b_i] columns, in environment order;
+        # a column that ended early repeats its last step (padding, left
+        # out of training by `set_unroll_lengths`).
+        pad = lambda x: x if x.shape[0] == T else torch.cat(  # noqa: E731
+            [x, x[-1:].expand((T - x.shape[0], ) + x.shape[1:])])
+        exp, info = nest.map_structure(
+            lambda *xs: torch.cat([pad(x) for x in xs], 1),
+            *[(p[2], p[3]) for p in parts])
         lag = u - exp.policy_version
         if int(lag.max()) > self._lag:
             raise TrainingError(
@@ -231,13 +283,21 @@ class AsyncCollector:
         if alg.observation_normalizer is not None:
             for p in parts:
                 alg.observation_normalizer.add_pending(p[4])
+        ragged = bool((lengths < T).any())
+        if ragged:
+            alg.set_unroll_lengths(lengths)
         exp = nest.map_structure(lambda x: x.to(alg.device), exp)
-        for t in range(self._T):
+        for t in range(T):
             row = nest.map_structure(lambda x: x[t], exp)
             alg.store(row)
             self._episodes.update(row.reward.cpu(), (row.terminated |
                                                      row.truncated).cpu(),
-                                  {k: v[t] for k, v in info.items()})
+                                  {k: v[t] for k, v in info.items()},
+                                  valid=(t < lengths) if ragged else None)
+        self.last_steps = int(lengths.sum())
+        self.last_preempted = T < self._T or ragged
+        if preemption is not None and not self.last_preempted:
+            preemption.finished()
         self._next = u + 1
         now = time.perf_counter()
         period, self._last_collect = now - (self._last_collect or start), now
@@ -251,7 +311,7 @@ class AsyncCollector:
         seconds = seconds.clamp(min=1e-9)
         self.actor_cpu += float(cpu.sum())
         self.env_cpu += float(env_cpu.sum())
-        self.actor_steps += self._T * exp.reward.shape[1]
+        self.actor_steps += self.last_steps
         return {"collect/policy_lag_mean": lag.mean(),
                 "collect/policy_lag_max": lag.max(),
                 "collect/learner_wait_fraction": torch.tensor(
@@ -299,12 +359,15 @@ class AsyncCollector:
         except OSError:
             self._raise_dead()
 
-    def _get(self):
-        """The next (actor, message) from any actor; raises for errors."""
+    def _get(self, wait: Optional[float] = None):
+        """The next (actor, message) from any actor, or (None, None) after
+        ``wait`` seconds without one (None: waits); raises for errors."""
         while True:
             try:
-                actor, data = self._queue.get(timeout=1.0)
+                actor, data = self._queue.get(timeout=wait or 1.0)
             except queue.Empty:
+                if wait is not None:
+                    return None, None
                 continue  # lets a second Ctrl-C through
             if data is None:
                 self._raise_dead(actor)

@@ -1,6 +1,6 @@
 """Statistics of training episodes, kept in tensors and all-reduced."""
 import collections
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
@@ -30,10 +30,17 @@ class EpisodeStats:
         self.total_episodes = 0
 
     def update(self, reward: torch.Tensor, done: torch.Tensor,
-               episode_info: Dict[str, torch.Tensor] = None) -> None:
-        """Adds one step's rewards; records the episodes that ``done`` ends."""
+               episode_info: Dict[str, torch.Tensor] = None,
+               valid: Optional[torch.Tensor] = None) -> None:
+        """Adds one step's rewards; records the episodes that ``done`` ends.
+
+        ``valid`` (bool [B]) leaves out the environments whose entry is
+        padding (an unroll they ended earlier than others).
+        """
+        if valid is not None:
+            reward, done = reward * valid, done & valid
         self._ret += reward
-        self._len += 1
+        self._len += 1 if valid is None else valid.to(self._len.dtype)
         if not done.any():
             return
         rets, lens = self._ret[done], self._len[done]

@@ -4,7 +4,6 @@
 the process group already set up. Rank 0 alone writes files and the console.
 """
 import errno
-import math
 import os
 import signal
 import threading
@@ -21,6 +20,7 @@ from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (Evaluator, append_eval_csv,
                                     set_aside_later_rows)
+from alf.trainers.preemption import make_preemption
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed, process
 from alf.utils.errors import AlfError, CheckpointError, TrainingError
@@ -262,18 +262,25 @@ class Trainer:
         env_seed = (cfg.seed + _SEED_STRIDE * self.iteration +
                     self.rank * cfg.num_envs)
         self._collector.start(self.algorithm, self._episodes, env_seed,
-                              self.iteration, torch_seed)
+                              self.iteration, torch_seed, make_preemption(
+                                  cfg, self.rank, self.world_size))
 
-        num_iters = math.ceil(gcfg.num_env_steps / gcfg.steps_per_iteration)
         last_eval = {}
         self._clock = (time.time(), self.env_steps)
         self._eval_seconds = 0.0
         self._learner_cpu = 0.0  # CPU seconds of train_iter, this rank
+        # Per rank [env steps, preempted iterations(, iterations)] with
+        # preemption: since the last summary, and since this process began.
+        self._rank_interval = torch.zeros(self.world_size, 3,
+                                          dtype=torch.float64)
+        self._rank_total = torch.zeros(self.world_size, 2,
+                                       dtype=torch.float64)
+        self._iteration_at_start = self.iteration
         self._last_log = time.time()
         try:
-            while self.iteration < num_iters:
+            while self.env_steps < gcfg.num_env_steps:
                 collect_stats = self._collector.collect()
-                steps = self.env_steps + gcfg.steps_per_iteration
+                steps = self.env_steps + self._collected(collect_stats)
                 learner_start = time.thread_time()
                 try:
                     stats = self.algorithm.train_iter(
@@ -290,7 +297,7 @@ class Trainer:
                 # checkpoint saved on interrupt is consistent.
                 self.env_steps = steps
                 self.iteration += 1
-                final = self.iteration == num_iters
+                final = self.env_steps >= gcfg.num_env_steps
                 if self.iteration % cfg.summary_interval == 0 or final:
                     self._summarize(stats)
                 if (cfg.eval_interval and self.iteration % cfg.eval_interval
@@ -301,7 +308,7 @@ class Trainer:
                     distributed.check_weights_equal(self.algorithm)
                 if self.iteration % cfg.checkpoint_interval == 0 or final:
                     self._save_checkpoint()
-                self._log_progress(num_iters)
+                self._log_progress(final)
                 stop, checkpoint = self._requests()
                 if stop:
                     raise KeyboardInterrupt
@@ -316,6 +323,35 @@ class Trainer:
                 f"steps; checkpoint {path} saved; run the same command to "
                 "resume", sig) from None
         return last_eval
+
+    def _collected(self, stats: Dict[str, torch.Tensor]) -> int:
+        """Env steps all ranks collected this iteration; with preemption
+        (ranks collect different amounts) one all-reduce, which also
+        puts each rank's steps and whether it was preempted in
+        ``stats``."""
+        if not self.config.preempt_stragglers or self.world_size == 1:
+            return self.global_config.steps_per_iteration
+        rows = torch.zeros(self.world_size, 2, dtype=torch.float64)
+        rows[self.rank] = torch.tensor([float(self._collector.last_steps),
+                                        float(self._collector.last_preempted)])
+        rows = distributed.all_reduce_sum(rows)
+        self._rank_interval[:, :2] += rows
+        self._rank_interval[:, 2] += 1
+        self._rank_total += rows
+        return int(rows[:, 0].sum())
+
+    def _rank_summaries(self) -> Dict[str, float]:
+        """Per rank, since the last summary: env steps collected per
+        iteration and the fraction of iterations it was preempted in."""
+        sums, self._rank_interval = self._rank_interval, torch.zeros_like(
+            self._rank_interval)
+        if not sums[0, 2]:
+            return {}
+        out = {}
+        for r, (steps, preempted, iters) in enumerate(sums.tolist()):
+            out[f"collect/steps_per_iteration_rank{r}"] = steps / iters
+            out[f"collect/preempted_fraction_rank{r}"] = preempted / iters
+        return out
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Asks training to stop (and checkpoint) after this iteration."""
@@ -360,6 +396,8 @@ class Trainer:
             w.add_scalar(f"train/{name}", value, self.env_steps)
         for name, value in episodes.items():
             w.add_scalar(f"rollout/{name}", value, self.env_steps)
+        for name, value in self._rank_summaries().items():
+            w.add_scalar(name, value, self.env_steps)
         w.add_scalar("time/steps_per_second", self._steps_per_second(),
                      self.env_steps)
         w.flush()
@@ -387,11 +425,11 @@ class Trainer:
         elapsed = time.time() - t0 - self._eval_seconds
         return (self.env_steps - s0) / max(elapsed, 1e-9)
 
-    def _log_progress(self, num_iters: int) -> None:
+    def _log_progress(self, final: bool) -> None:
         now = time.time()
         if not self.is_chief or (now - self._last_log <
                                  self.config.log_interval_seconds and
-                                 self.iteration < num_iters):
+                                 not final):
             return
         self._last_log = now
         rate = self._steps_per_second()
@@ -400,15 +438,21 @@ class Trainer:
         # also all learners' core time per global env step.
         local_steps = (self.env_steps - self._clock[1]) / self.world_size
         actors = self._collector.cpu_per_step()
+        iters = self._rank_total.new_tensor(
+            max(self.iteration - self._iteration_at_start, 1))
+        preempted = ", ".join(
+            f"rank{r} {p:.0%}" for r, p in
+            enumerate((self._rank_total[:, 1] / iters).tolist()))
         logging.info(
-            "iter %d/%d | env steps %d/%d | %.0f steps/s | recent return "
-            "%.2f | time left %s | learner %.3f ms CPU/step%s", self.iteration,
-            num_iters, self.env_steps, self.global_config.num_env_steps, rate,
-            self._episodes.recent_return(),
+            "iter %d | env steps %d/%d | %.0f steps/s | recent return "
+            "%.2f | time left %s | learner %.3f ms CPU/step%s%s",
+            self.iteration, self.env_steps, self.global_config.num_env_steps,
+            rate, self._episodes.recent_return(),
             time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
             1000 * self._learner_cpu / max(local_steps, 1),
             "" if actors is None else
-            " | actors %.3f ms CPU/step (env step %.3f)" % actors)
+            " | actors %.3f ms CPU/step (env step %.3f)" % actors,
+            f" | preempted {preempted}" if self._rank_total.any() else "")
 
     def _close(self) -> None:
         for w in getattr(self, "_writers", {}).values():

@@ -54,6 +54,25 @@ class TrainerConfig:
             environments such as MetaDrive (one engine per process anyway);
             fast ones may prefer a few per actor.
         unroll_length: environment steps per environment per iteration.
+        preempt_stragglers: in distributed training, a rank ends its
+            rollout early once ``sync_frac`` of the ranks have finished
+            theirs and it has collected ``min_rollout_fraction`` of it
+            (DD-PPO's preemption; `alf.trainers.preemption`), so that one
+            slow rank (a slower machine, harder scenarios) does not set the
+            pace of all. Ranks then train on batches of different sizes,
+            weighted exactly (`PPOAlgorithm`'s ``uneven_batches``, turned on
+            by this); an iteration counts the steps actually collected, so
+            training still ends after ``num_env_steps``. For algorithms
+            whose ``preemptible_unroll_modes`` holds ``unroll_mode`` (PPO
+            and PPG: both modes; off-policy ones: ``"sync"``). Off by
+            default: it makes the run depend on timing.
+        sync_frac: with ``preempt_stragglers``: the fraction of ranks that
+            must have finished (DD-PPO: 0.6). With N ranks, a rank is
+            preempted once ``ceil(sync_frac x N)`` are done, so with 2
+            ranks only ``sync_frac <= 0.5`` ever preempts.
+        min_rollout_fraction: with ``preempt_stragglers``: the least
+            fraction of ``unroll_length`` a rank collects (per
+            environment) before it can be preempted (DD-PPO: 0.25).
         mini_batch_size: transitions per minibatch (global).
         num_updates_per_train_iter: epochs over each unroll (on-policy);
             gradient updates per iteration (off-policy: with
@@ -103,6 +122,9 @@ class TrainerConfig:
     max_policy_lag: int = 1
     envs_per_actor: int = 1
     unroll_length: int = 128
+    preempt_stragglers: bool = False
+    sync_frac: float = 0.6
+    min_rollout_fraction: float = 0.25
     mini_batch_size: int = 256
     num_updates_per_train_iter: int = 10
     num_env_steps: int = 100_000
@@ -148,6 +170,11 @@ class TrainerConfig:
             raise ConfigError(f"TrainerConfig.max_policy_lag="
                               f"{self.max_policy_lag!r}; it must be an "
                               "integer >= 0")
+        for name in ("sync_frac", "min_rollout_fraction"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
+                                  "be a fraction in (0, 1]")
         _parse_device(self.device)
 
     def resolve_device(self, group: Optional[str] = None) -> torch.device:
@@ -223,6 +250,16 @@ class TrainerConfig:
         ranked = dataclasses.replace(
             self, **{name: getattr(self, name) // world_size
                      for name in divided})
+        modes = getattr(self.algorithm_ctor, "preemptible_unroll_modes", ())
+        if self.preempt_stragglers and self.unroll_mode not in modes:
+            name = getattr(self.algorithm_ctor, "__name__",
+                           str(self.algorithm_ctor))
+            raise ConfigError(
+                f"TrainerConfig.preempt_stragglers=True: {name} cannot train "
+                f"on rollouts ended early with unroll_mode="
+                f"{self.unroll_mode!r} (it can with: "
+                f"{', '.join(modes) or 'none'}); set preempt_stragglers = "
+                "False")
         check = getattr(self.algorithm_ctor, "check_config", None)
         if check is not None:
             check(ranked, world_size)

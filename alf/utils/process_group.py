@@ -64,12 +64,14 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
         backend = "cpu:gloo,cuda:nccl"
     kwargs = dict(backend=backend, rank=rank, world_size=world_size,
                   timeout=collective_timeout())
-    global _HEARTBEAT
+    global _HEARTBEAT, _STORE
     if use_env:
         kwargs["store"] = _torchrun_store(rank, world_size)
     else:
         kwargs["store"] = dist.FileStore(init_file, world_size)
     dist.init_process_group(**kwargs)
+    # The group's own keys live under its prefix; alf's under "alf/".
+    _STORE = dist.PrefixStore("alf/", kwargs["store"])
     if use_env and world_size > 1:
         # The built-in launcher sees its ranks' states itself.
         _HEARTBEAT = Heartbeat(
@@ -81,11 +83,19 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
         if _HEARTBEAT is not None:
             _HEARTBEAT.stop()
         dist.destroy_process_group()
-        _LOCAL_RANK = _HEARTBEAT = None
+        _LOCAL_RANK = _HEARTBEAT = _STORE = None
 
 
 _LOCAL_RANK: Optional[int] = None
 _HEARTBEAT: Optional[Heartbeat] = None
+_STORE: Optional[dist.Store] = None
+
+
+def store() -> Optional[dist.Store]:
+    """The key-value store of the group `process_group` formed (keys
+    prefixed ``alf/``), for coordination that must not wait in a collective
+    (e.g. straggler preemption); None outside such a group."""
+    return _STORE
 
 
 def silent_ranks() -> Optional[Tuple[List[int], float]]:

@@ -203,3 +203,37 @@ def test_uneven_minibatches_have_the_same_count_and_cover_every_row():
     assert sorted(torch.cat(parts[:4]).tolist()) == list(range(13))
     with pytest.raises(TrainingError, match="fewer than the 4 minibatches"):
         uneven_minibatch_indices(3, 4, 1)
+
+
+def test_ragged_unroll_trains_on_each_environments_real_steps_only():
+    """An asynchronous unroll cut by preemption: environment b has
+    lengths[b] real steps, then copies of its last one. The batch holds
+    exactly the real steps, with each column's advantages as if it had been
+    an unroll of its own length (the last real step bootstraps from V(s'))."""
+    raw, exp = _uneven_data()
+    lengths = torch.tensor([8, 3, 1, 5, 8, 2, 6, 4])
+    step = torch.arange(UT)[:, None]
+    last = (step.clamp(max=lengths - 1)).expand(UT, UB)
+    padded = nest.map_structure(  # each column's last real step repeated
+        lambda x: x.gather(0, last.view(UT, UB, *[1] * (x.dim() - 2))
+                           .expand_as(x)), exp)
+    alg = _uneven_alg(1)
+    alg.set_unroll_lengths(lengths)
+    batch = alg._prepare_batch(padded)
+    alg.unroll_lengths = None
+    assert batch.advantage.shape[0] == int(lengths.sum())
+    # Row order: time-major over the real steps.
+    keep = (step < lengths).flatten()
+    col_of_row = torch.arange(UB).repeat(UT)[keep]
+    for b in range(UB):
+        alone = alg._prepare_batch(nest.map_structure(
+            lambda x: x[:int(lengths[b]), b:b + 1], exp))
+        mine = col_of_row == b
+        torch.testing.assert_close(batch.advantage[mine], alone.advantage)
+        torch.testing.assert_close(batch.returns[mine], alone.returns)
+        torch.testing.assert_close(batch.observation[mine],
+                                   alone.observation)
+    # Negative control: without the lengths the padding flows back into
+    # the real steps' advantages.
+    blind = alg._prepare_batch(padded).advantage.view(UT, UB)
+    assert not torch.allclose(blind[0, 1], batch.advantage[col_of_row == 1][0])

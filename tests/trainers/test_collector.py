@@ -17,6 +17,7 @@ from alf import nest
 from alf.algorithms.ppo_algorithm import PPOAlgorithm
 from alf.trainers.collector import AsyncCollector, CollectionError
 from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.preemption import Preemption
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
 from alf.utils.distributed import activate_ddp
@@ -125,20 +126,76 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs():
     # Each environment's column, across unroll boundaries, is its exact
     # trajectory: consecutive steps, scripted ends, nothing lost or doubled.
     whole = nest.map_structure(lambda *xs: torch.cat(xs), *unrolls)
-    obs, nxt = whole.observation.long(), whole.next_observation.long()
     for b in range(cfg.num_envs):
-        tag = 100 + b
-        assert obs[0, b].tolist() == [tag, 0, 0]
-        for t in range(obs.shape[0]):
-            _, ep, st = obs[t, b].tolist()
-            assert nxt[t, b].tolist() == [tag, ep, st + 1], (t, b)
-            last = st + 1 == episode_length(tag, ep)
-            term = last and ends_terminated(tag, ep)
-            assert bool(whole.terminated[t, b]) == term, (t, b)
-            assert bool(whole.truncated[t, b]) == (last and not term), (t, b)
-            if t + 1 < obs.shape[0]:
-                expect = [tag, ep + 1, 0] if last else [tag, ep, st + 1]
-                assert obs[t + 1, b].tolist() == expect, (t, b)
+        _assert_exact_trajectory(nest.map_structure(lambda x: x[:, b], whole),
+                                 tag=100 + b)
+
+
+def _assert_exact_trajectory(column, tag):
+    """``column`` (leaves [T]) is environment ``tag``'s scripted trajectory
+    from its first reset."""
+    obs, nxt = column.observation.long(), column.next_observation.long()
+    assert obs[0].tolist() == [tag, 0, 0]
+    for t in range(obs.shape[0]):
+        _, ep, st = obs[t].tolist()
+        assert nxt[t].tolist() == [tag, ep, st + 1], t
+        last = st + 1 == episode_length(tag, ep)
+        term = last and ends_terminated(tag, ep)
+        assert bool(column.terminated[t]) == term, t
+        assert bool(column.truncated[t]) == (last and not term), t
+        if t + 1 < obs.shape[0]:
+            expect = [tag, ep + 1, 0] if last else [tag, ep, st + 1]
+            assert obs[t + 1].tolist() == expect, t
+
+
+def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(
+        tmp_path):
+    """Straggler preemption in asynchronous collection: the learner cuts
+    unrolls 0 and 1 (another rank is done); each actor ends them at its own
+    step, no earlier than min_steps; unroll 2 is whole. The real steps of
+    every column, unroll after unroll, are still its exact trajectory."""
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+    cfg = _config(unroll_length=8, max_policy_lag=1)
+    collector = AsyncCollector(cfg)
+    obs_space, action_space, names = collector.describe()
+    alg = PPOAlgorithm(obs_space, action_space, cfg)
+    episodes = EpisodeStats(cfg.num_envs, names)
+    preemption = Preemption(store, 1, 2, sync_frac=0.5, min_fraction=0.5,
+                            unroll_length=8)
+    collector.start(alg, episodes, 100, 0, 1, preemption)
+    store.add("preempt/0", 1)
+    store.add("preempt/1", 1)
+    columns, lengths = [[] for _ in range(cfg.num_envs)], []
+    try:
+        for u in range(3):
+            collector.collect()
+            exp = _take(alg)
+            n = (alg.unroll_lengths if alg.unroll_lengths is not None else
+                 torch.full((cfg.num_envs, ), exp.reward.shape[0]))
+            alg.unroll_lengths = None
+            assert collector.last_steps == int(n.sum())
+            assert collector.last_preempted == bool((n < 8).any())
+            lengths.append(n.tolist())
+            for b in range(cfg.num_envs):
+                columns[b].append(nest.map_structure(
+                    lambda x: x[:int(n[b]), b], exp))
+            collector.publish(u + 1)
+    finally:
+        collector.close()
+    assert all(4 <= n <= 8 for n in lengths[0] + lengths[1]), lengths
+    assert min(lengths[0]) < 8 and lengths[2] == [8, 8, 8], lengths
+    assert int(store.get("preempt/2")) == 1  # unroll 2: counted as done
+    for b in range(cfg.num_envs):
+        _assert_exact_trajectory(
+            nest.map_structure(lambda *xs: torch.cat(xs), *columns[b]),
+            tag=100 + b)
+    # Padding is not counted in the episode statistics: the steps of the
+    # episodes under way are exactly the real steps since their start.
+    for b in range(cfg.num_envs):
+        last = columns[b][-1].observation[-1].long().tolist()
+        done = bool(columns[b][-1].terminated[-1] |
+                    columns[b][-1].truncated[-1])
+        assert episodes._len[b] == (0 if done else last[2] + 1), b
 
 
 def test_lag_zero_waits_for_every_version():

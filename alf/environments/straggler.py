@@ -1,0 +1,88 @@
+"""A straggler on demand: one rank's collection made N times slower.
+
+For tests and benchmarks of straggler preemption on one machine, where all
+ranks are otherwise alike::
+
+    TrainerConfig.env_load_fn = @straggler_load
+    straggler_load.load_fn = @suite_gym.load
+    straggler_load.ranks = (1, )
+    straggler_load.slowdown = 2.0
+
+The environments of the named ranks sleep after each step for
+``slowdown - 1`` times the time since their previous step returned (their
+own stepping plus the policy's inference), so the rank collects
+``slowdown`` times slower, as on a machine that much slower. Sleeping
+leaves the CPU to other processes, as a slower machine elsewhere would.
+"""
+import os
+import time
+from typing import Callable, Sequence
+
+import gin
+
+from alf.utils import distributed
+
+#: Set in a helper process (an asynchronous collection actor) to the rank
+#: it collects for, which has no process group of its own.
+RANK_VARIABLE = "ALF_RANK"
+
+
+def collecting_rank() -> int:
+    """The rank this process collects for (0 outside distributed training)."""
+    if distributed.is_distributed():
+        return distributed.get_rank()
+    return int(os.environ.get(RANK_VARIABLE, 0))
+
+
+class SlowedEnvironment:
+    """Wraps a `BatchedEnvironment` so that it steps ``slowdown`` times
+    slower (see the module's doc); everything else is passed through."""
+
+    def __init__(self, env, slowdown: float):
+        self._env, self._extra = env, slowdown - 1.0
+        self._last = None
+        self._typical = None  # running mean of the period between steps
+        # Sleep owed: a sleep overshoots by ~0.1 ms, which at CartPole's
+        # fraction-of-a-millisecond steps would make the rank far slower
+        # than asked; the overshoot is taken off the next sleep.
+        self._owed = 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def reset(self, *args, **kwargs):
+        out = self._env.reset(*args, **kwargs)
+        self._last = time.perf_counter()
+        return out
+
+    def step(self, action):
+        out = self._env.step(action)
+        now = time.perf_counter()
+        if self._last is not None:
+            period = now - self._last
+            typical = self._typical = (period if self._typical is None else
+                                       0.9 * self._typical + 0.1 * period)
+            # A pause (the learner training between unrolls) is not part of
+            # collecting: it would otherwise be stretched too.
+            self._owed += self._extra * min(period, 2 * typical)
+            if self._owed > 0:
+                time.sleep(self._owed)
+                self._owed -= time.perf_counter() - now
+        self._last = time.perf_counter()
+        return out
+
+
+@gin.configurable
+def straggler_load(env_name: str, num_envs: int, seed=None,
+                   asynchronous: bool = False, load_fn: Callable = None,
+                   ranks: Sequence[int] = (1, ), slowdown: float = 2.0):
+    """``load_fn``'s environments, ``slowdown`` times slower in ``ranks``
+    (an ``env_load_fn`` for `TrainerConfig`)."""
+    if load_fn is None:
+        from alf.environments import suite_gym
+        load_fn = suite_gym.load
+    env = load_fn(env_name, num_envs=num_envs, seed=seed,
+                  asynchronous=asynchronous)
+    if slowdown > 1 and collecting_rank() in tuple(ranks):
+        env = SlowedEnvironment(env, slowdown)
+    return env

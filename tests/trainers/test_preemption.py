@@ -1,0 +1,176 @@
+"""Straggler preemption: the store counter, the synchronous collector's
+early end, the straggler wrapper, and the settings' checks."""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from alf.algorithms.dqn_algorithm import DQNAlgorithm
+from alf.algorithms.ppo_algorithm import PPOAlgorithm
+from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
+from alf.environments import straggler, suite_gym
+from alf.trainers.collector import SyncCollector
+from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.preemption import Preemption, make_preemption
+from alf.trainers.trainer_config import TrainerConfig
+from alf.utils.errors import ConfigError
+
+
+def _store(tmp_path):
+    return dist.FileStore(str(tmp_path / "store"), 1)
+
+
+def _should_stop(preemption, steps):
+    time.sleep(0.005)  # past the throttle of reads (10x the last read)
+    return preemption.should_stop(steps)
+
+
+def test_a_rank_is_preempted_once_enough_others_are_done(tmp_path):
+    store = _store(tmp_path)
+    mine = Preemption(store, rank=1, world_size=4, sync_frac=0.6,
+                      min_fraction=0.25, unroll_length=10, poll_seconds=0)
+    other = Preemption(store, rank=0, world_size=4, sync_frac=0.6,
+                       min_fraction=0.25, unroll_length=10)
+    assert mine.needed == 3 and mine.min_steps == 3  # ceil(2.4), ceil(2.5)
+    mine.begin(7)
+    other.begin(7)
+    for _ in range(2):
+        other.finished()
+    assert not _should_stop(mine, 9)  # 2 of the 3 needed
+    other.finished()
+    assert not _should_stop(mine, 2)  # fewer than min_steps
+    assert _should_stop(mine, 3)
+    # The next unroll has a counter of its own.
+    mine.begin(8)
+    assert not _should_stop(mine, 9)
+
+
+def test_needed_count_follows_dd_ppo(tmp_path):
+    store = _store(tmp_path)
+    need = lambda frac, world: Preemption(  # noqa: E731
+        store, 0, world, frac, 0.25, 8).needed
+    assert need(0.5, 2) == 1 and need(0.6, 2) == 2 and need(0.6, 10) == 6
+    assert need(1.0, 8) == 8 and need(0.01, 8) == 1
+
+
+def test_reads_are_throttled_and_old_counters_deleted(tmp_path):
+    store = _store(tmp_path)
+    mine = Preemption(store, 0, 2, 0.5, 0.25, 8, poll_seconds=0.2)
+    mine.begin(0)
+    assert not mine.poll()  # read: nobody done
+    store.add("preempt/0", 1)
+    assert not mine.poll()  # too soon to read again
+    time.sleep(0.25)
+    assert mine.poll() and mine.poll()
+    for u in range(1, 6):
+        mine.begin(u)
+    # Rank 0 deletes the counter of unroll u - 4 when unroll u begins.
+    assert not store.check(["preempt/0"]) and not store.check(["preempt/1"])
+    mine.finished()
+    assert int(store.get("preempt/5")) == 1
+
+
+def test_no_preemption_in_one_process_and_a_clear_error_without_a_group():
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, preempt_stragglers=True)
+    assert make_preemption(cfg, 0, 1) is None
+    with pytest.raises(ConfigError, match="process group"):
+        make_preemption(cfg, 0, 2)
+    assert make_preemption(TrainerConfig(algorithm_ctor=PPOAlgorithm), 0,
+                           2) is None
+
+
+@pytest.mark.parametrize("name,value", [("sync_frac", 0.0),
+                                        ("sync_frac", 1.5),
+                                        ("min_rollout_fraction", -0.1),
+                                        ("min_rollout_fraction", "x")])
+def test_fractions_out_of_range_are_refused(name, value):
+    with pytest.raises(ConfigError, match=f"{name}=.*fraction in"):
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, **{name: value})
+
+
+def test_algorithms_that_cannot_train_on_early_ends_are_refused():
+    sizes = dict(num_envs=4, mini_batch_size=32, unroll_length=16,
+                 preempt_stragglers=True)
+    # PPO: both modes; DQN: sync only; a plain on-policy algorithm: none.
+    TrainerConfig(algorithm_ctor=PPOAlgorithm, unroll_mode="async",
+                  **sizes).per_rank(2)
+    TrainerConfig(algorithm_ctor=DQNAlgorithm, **sizes).per_rank(2)
+    with pytest.raises(ConfigError, match="DQNAlgorithm cannot .*'async'"):
+        TrainerConfig(algorithm_ctor=DQNAlgorithm, unroll_mode="async",
+                      **sizes).per_rank(2)
+    with pytest.raises(ConfigError, match="with: none"):
+        TrainerConfig(algorithm_ctor=OnPolicyAlgorithm, **sizes).per_rank(2)
+
+
+def test_sync_collector_ends_the_unroll_when_preempted(tmp_path):
+    store = _store(tmp_path)
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
+                        unroll_length=12, mini_batch_size=8)
+    env = suite_gym.load("CartPole-v1", num_envs=2)
+    collector = SyncCollector(env, cfg.unroll_length)
+    alg = PPOAlgorithm(env.observation_space, env.action_space, cfg)
+    preemption = Preemption(store, 1, 2, 0.5, 0.25, 12, poll_seconds=0)
+    collector.start(alg, EpisodeStats(2), 0, 0, preemption=preemption)
+    try:
+        store.add("preempt/0", 1)  # the other rank is done with unroll 0
+        collector.collect()
+        assert collector.last_preempted and collector.last_steps == 3 * 2
+        assert alg.replay_buffer.num_steps == 3
+        alg.replay_buffer.clear()
+        collector.publish(1)
+        collector.collect()  # unroll 1: nobody else done
+        assert not collector.last_preempted
+        assert collector.last_steps == 12 * 2
+        assert alg.replay_buffer.num_steps == 12
+        assert int(store.get("preempt/1")) == 1  # counted for the others
+    finally:
+        collector.close()
+
+
+class _Timed:
+    """A batched environment whose step takes ``seconds``."""
+
+    num_envs = 1
+
+    def __init__(self, seconds):
+        self.seconds, self.steps = seconds, 0
+
+    def reset(self, seed=None):
+        return "reset"
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        self.steps += 1
+        return action
+
+
+def _seconds_per_step(env, n=60, between=0.0):
+    env.reset()
+    start = time.perf_counter()
+    for _ in range(n):
+        env.step(None)
+        time.sleep(between)  # the policy's inference
+    return (time.perf_counter() - start) / n
+
+
+def test_the_straggler_wrapper_slows_collection_by_its_factor():
+    plain = _seconds_per_step(_Timed(0.002), between=0.001)
+    slowed = _seconds_per_step(
+        straggler.SlowedEnvironment(_Timed(0.002), 3.0), between=0.001)
+    assert 2.6 < slowed / plain < 3.4, (plain, slowed)
+    # Attributes pass through.
+    assert straggler.SlowedEnvironment(_Timed(0), 2.0).num_envs == 1
+
+
+def test_straggler_load_slows_only_the_named_ranks(monkeypatch):
+    monkeypatch.setenv(straggler.RANK_VARIABLE, "1")
+    env = straggler.straggler_load("CartPole-v1", 1, ranks=(1, ))
+    assert isinstance(env, straggler.SlowedEnvironment)
+    env.close()
+    monkeypatch.setenv(straggler.RANK_VARIABLE, "0")
+    env = straggler.straggler_load("CartPole-v1", 1, ranks=(1, ))
+    assert not isinstance(env, straggler.SlowedEnvironment)
+    env.close()
+    assert os.environ[straggler.RANK_VARIABLE] == "0"
