@@ -59,12 +59,15 @@ class SlowedEnvironment:
         out = self._env.step(action)
         now = time.perf_counter()
         if self._last is not None:
-            period = now - self._last
-            typical = self._typical = (period if self._typical is None else
-                                       0.9 * self._typical + 0.1 * period)
-            # A pause (the learner training between unrolls) is not part of
-            # collecting: it would otherwise be stretched too.
-            self._owed += self._extra * min(period, 2 * typical)
+            period, typical = now - self._last, self._typical
+            if typical is not None and period > 10 * typical:
+                # A pause (the learner training between unrolls) is not
+                # part of collecting: it would otherwise be stretched too.
+                period = typical
+            else:
+                self._typical = (period if typical is None else
+                                 0.9 * typical + 0.1 * period)
+            self._owed += self._extra * period
             if self._owed > 0:
                 time.sleep(self._owed)
                 self._owed -= time.perf_counter() - now

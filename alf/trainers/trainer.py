@@ -261,9 +261,9 @@ class Trainer:
             torch.manual_seed(torch_seed)
         env_seed = (cfg.seed + _SEED_STRIDE * self.iteration +
                     self.rank * cfg.num_envs)
+        self._preemption = make_preemption(cfg, self.rank, self.world_size)
         self._collector.start(self.algorithm, self._episodes, env_seed,
-                              self.iteration, torch_seed, make_preemption(
-                                  cfg, self.rank, self.world_size))
+                              self.iteration, torch_seed, self._preemption)
 
         last_eval = {}
         self._clock = (time.time(), self.env_steps)
@@ -276,11 +276,14 @@ class Trainer:
         self._rank_total = torch.zeros(self.world_size, 2,
                                        dtype=torch.float64)
         self._iteration_at_start = self.iteration
+        self._run_rate = None  # env steps/s, for the preemption's rule
         self._last_log = time.time()
         try:
             while self.env_steps < gcfg.num_env_steps:
+                iteration_start = time.perf_counter()
                 collect_stats = self._collector.collect()
-                steps = self.env_steps + self._collected(collect_stats)
+                collected = self._collected()
+                steps = self.env_steps + collected
                 learner_start = time.thread_time()
                 try:
                     stats = self.algorithm.train_iter(
@@ -292,6 +295,8 @@ class Trainer:
                         "checkpoint") from e
                 self._learner_cpu += time.thread_time() - learner_start
                 self._collector.publish(self.iteration + 1)
+                self._track_run_rate(collected,
+                                     time.perf_counter() - iteration_start)
                 stats.update(collect_stats)
                 # Counters move only after a complete iteration, so a
                 # checkpoint saved on interrupt is consistent.
@@ -324,11 +329,11 @@ class Trainer:
                 "resume", sig) from None
         return last_eval
 
-    def _collected(self, stats: Dict[str, torch.Tensor]) -> int:
+    def _collected(self) -> int:
         """Env steps all ranks collected this iteration; with preemption
         (ranks collect different amounts) one all-reduce, which also
-        puts each rank's steps and whether it was preempted in
-        ``stats``."""
+        counts each rank's steps and whether it was preempted for the
+        summaries."""
         if not self.config.preempt_stragglers or self.world_size == 1:
             return self.global_config.steps_per_iteration
         rows = torch.zeros(self.world_size, 2, dtype=torch.float64)
@@ -339,6 +344,16 @@ class Trainer:
         self._rank_interval[:, 2] += 1
         self._rank_total += rows
         return int(rows[:, 0].sum())
+
+    def _track_run_rate(self, steps: int, seconds: float) -> None:
+        """Tells the preemption the run's recent env steps/s (collection
+        and training; evaluation and checkpoints left out)."""
+        if self._preemption is None:
+            return
+        rate = steps / max(seconds, 1e-9)
+        self._run_rate = (rate if self._run_rate is None else
+                          0.5 * self._run_rate + 0.5 * rate)
+        self._preemption.set_run_rate(self._run_rate)
 
     def _rank_summaries(self) -> Dict[str, float]:
         """Per rank, since the last summary: env steps collected per

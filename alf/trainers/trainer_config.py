@@ -7,6 +7,7 @@ import torch
 
 from alf.environments import suite_gym
 from alf.trainers.collector import UNROLL_MODES
+from alf.trainers.preemption import PREEMPT_RULES
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
 
@@ -73,6 +74,13 @@ class TrainerConfig:
         min_rollout_fraction: with ``preempt_stragglers``: the least
             fraction of ``unroll_length`` a rank collects (per
             environment) before it can be preempted (DD-PPO: 0.25).
+        preempt_rule: with ``preempt_stragglers`` and ``"sync"``
+            collection: ``"throughput"`` (default) preempts a rank only
+            while it collects slower than the run's env steps/s, i.e. when
+            ending its rollout raises the run's throughput (a rank whose
+            learner dominates the iteration keeps collecting);
+            ``"always"``: DD-PPO's rule alone. See
+            `alf.trainers.preemption`.
         mini_batch_size: transitions per minibatch (global).
         num_updates_per_train_iter: epochs over each unroll (on-policy);
             gradient updates per iteration (off-policy: with
@@ -125,6 +133,7 @@ class TrainerConfig:
     preempt_stragglers: bool = False
     sync_frac: float = 0.6
     min_rollout_fraction: float = 0.25
+    preempt_rule: str = "throughput"
     mini_batch_size: int = 256
     num_updates_per_train_iter: int = 10
     num_env_steps: int = 100_000
@@ -175,6 +184,10 @@ class TrainerConfig:
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   "be a fraction in (0, 1]")
+        if self.preempt_rule not in PREEMPT_RULES:
+            raise ConfigError(f"TrainerConfig.preempt_rule="
+                              f"{self.preempt_rule!r}; valid: "
+                              f"{', '.join(PREEMPT_RULES)}")
         _parse_device(self.device)
 
     def resolve_device(self, group: Optional[str] = None) -> torch.device:

@@ -47,6 +47,29 @@ def test_a_rank_is_preempted_once_enough_others_are_done(tmp_path):
     assert not _should_stop(mine, 9)
 
 
+def test_the_throughput_rule_preempts_only_a_rank_slower_than_the_run(
+        tmp_path):
+    """Ending a rollout early pays when the rank adds steps slower than
+    the run's env steps/s; before the run has a rate, DD-PPO's rule."""
+    store = _store(tmp_path)
+    store.add("preempt/0", 1)
+    mine = Preemption(store, 1, 2, 0.5, 0.25, 100, rule="throughput",
+                      num_envs=2, poll_seconds=0)
+    mine.begin(0)
+    assert _should_stop(mine, 30)  # no run rate yet
+    mine.set_run_rate(1000.0)
+    mine.begin(0)
+    time.sleep(0.05)
+    # 30 steps x 2 envs in >= 0.05 s: <= 1200 steps/s, above 1000.
+    assert not mine.should_stop(30)
+    time.sleep(0.1)
+    assert _should_stop(mine, 30)  # 60 steps in >= 0.15 s: <= 400/s
+    with pytest.raises(ConfigError, match="preempt_rule='sometimes'"):
+        Preemption(store, 0, 2, 0.5, 0.25, 8, rule="sometimes")
+    with pytest.raises(ConfigError, match="preempt_rule='x'; valid"):
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, preempt_rule="x")
+
+
 def test_needed_count_follows_dd_ppo(tmp_path):
     store = _store(tmp_path)
     need = lambda frac, world: Preemption(  # noqa: E731
@@ -160,6 +183,13 @@ def test_the_straggler_wrapper_slows_collection_by_its_factor():
     slowed = _seconds_per_step(
         straggler.SlowedEnvironment(_Timed(0.002), 3.0), between=0.001)
     assert 2.6 < slowed / plain < 3.4, (plain, slowed)
+    # A pause between steps (the learner training) is not stretched.
+    env = straggler.SlowedEnvironment(_Timed(0.001), 3.0)
+    _seconds_per_step(env, n=20)
+    time.sleep(0.1)
+    start = time.perf_counter()
+    env.step(None)
+    assert time.perf_counter() - start < 0.02
     # Attributes pass through.
     assert straggler.SlowedEnvironment(_Timed(0), 2.0).num_envs == 1
 
