@@ -77,7 +77,10 @@ class Trainer:
         self.env_steps_at_start = 0
         self._rng_state = None
         self._stop_signal = 0  # the stop signal received, if any
-        self._checkpoint_asked = False  # SIGUSR1
+        # SIGUSR1s received, and those a checkpoint was taken for. Only the
+        # handler writes the first: a signal that lands while `_requests`
+        # waits in its all-reduce is then served next time, not lost.
+        self._checkpoints_asked = self._checkpoints_served = 0
         self.steps_per_second = float("nan")  # of the last train() call
         torch.set_num_threads(self.config.torch_num_threads)
 
@@ -374,7 +377,7 @@ class Trainer:
 
     def request_checkpoint(self) -> None:
         """Asks for a checkpoint after this iteration; training goes on."""
-        self._checkpoint_asked = True
+        self._checkpoints_asked += 1
 
     def _requests(self):
         """(stop signal or 0, checkpoint now?), agreed by every rank.
@@ -383,9 +386,11 @@ class Trainer:
         iteration if any of them was asked to, whichever rank the signal
         reached; one all-reduce of two numbers.
         """
+        asked = self._checkpoints_asked
         flags = distributed.all_reduce_max(torch.tensor(
-            [float(self._stop_signal), float(self._checkpoint_asked)]))
-        self._checkpoint_asked = False
+            [float(self._stop_signal),
+             float(asked > self._checkpoints_served)]))
+        self._checkpoints_served = asked
         if flags[0] and not self._stop_signal:
             self._stop_signal = int(flags[0])
         return int(flags[0]), bool(flags[1])

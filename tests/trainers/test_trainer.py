@@ -325,3 +325,27 @@ def test_interrupt_during_train_iter_saves_consistent_counters(tmp_path):
     # second one (or any KeyboardInterrupt) raises wherever the loop is.
     counters = _interrupt(str(tmp_path), "train_iter", 3)
     assert counters["env_steps"] == counters["iteration"] * SPI
+
+
+def test_a_checkpoint_request_during_the_agreement_is_not_lost(
+        tmp_path, monkeypatch):
+    """SIGUSR1 can land while `_requests` waits in its all-reduce (every
+    rank gets the signal at once, and they wait there together): it must be
+    served at the next iteration, not cleared with the one just agreed."""
+    from alf.trainers import trainer as trainer_module
+    trainer = trainer_module.Trainer(
+        str(tmp_path), TrainerConfig(algorithm_ctor=PPOAlgorithm))
+    real = trainer_module.distributed.all_reduce_max
+    landed = []
+
+    def signal_during(tensor):
+        if not landed:
+            landed.append(1)
+            trainer.request_checkpoint()  # what the handler does
+        return real(tensor)
+
+    monkeypatch.setattr(trainer_module.distributed, "all_reduce_max",
+                        signal_during)
+    assert trainer._requests() == (0, False)
+    assert trainer._requests() == (0, True)
+    assert trainer._requests() == (0, False)
