@@ -23,6 +23,10 @@ setup(
         "metadrive": ["metadrive-simulator>=0.4.2"],
         "test": ["pytest>=7", "pytest-timeout>=2"],
         "bench": ["stable-baselines3>=2.3"],
+        # alf.bin.play --record_file: frames of gymnasium's classic
+        # control (pygame), GIF (Pillow), MP4 (imageio's ffmpeg, ~70 MB).
+        "video": ["pillow>=9", "pygame>=2.1", "imageio>=2.20",
+                  "imageio-ffmpeg>=0.4"],
     },
     entry_points={"console_scripts": ["alf-train=alf.bin.train:run_main"]},
 )

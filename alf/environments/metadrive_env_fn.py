@@ -94,6 +94,30 @@ class ScenarioSampling(gym.Wrapper):
         return {k: info[k] for k in self._info_keys if k in info}
 
 
+class TopDownFrames(gym.Wrapper):
+    """Renders MetaDrive's 2-D top-down view (pygame, no window, no 3-D
+    assets needed) as RGB frames, whatever the observation is: roads,
+    the ego car and its recent trail, traffic.
+
+    Args:
+        env: a `make_env` environment.
+        size: frames are ``size x size`` pixels.
+    """
+
+    render_mode = "rgb_array"
+
+    def __init__(self, env: gym.Env, size: int = 400):
+        super().__init__(env)
+        self._size = size
+
+    def render(self):
+        return self.env.unwrapped.render(
+            mode="topdown", window=False, screen_size=(self._size,
+                                                       self._size),
+            film_size=(2000, 2000), scaling=4, num_stack=25,
+            target_agent_heading_up=False)
+
+
 class _Spaces(gym.Env):
     """Stand-in environment that only has spaces (see `MetaDriveEnvFn`)."""
 
@@ -134,7 +158,9 @@ class MetaDriveEnvFn:
 
     def __init__(self, env_class: str, config: dict,
                  info_keys: Optional[Sequence[str]] = None,
-                 spaces: Optional[tuple] = None, in_process: bool = False):
+                 spaces: Optional[tuple] = None, in_process: bool = False,
+                 render: bool = False):
+        self.render = render
         self.env_class = env_class
         self.config = dict(config)
         self.info_keys = info_keys
@@ -144,7 +170,8 @@ class MetaDriveEnvFn:
 
     def __call__(self) -> gym.Env:
         if self._in_process:
-            return make_env(self.env_class, self.config, self.info_keys)
+            env = make_env(self.env_class, self.config, self.info_keys)
+            return TopDownFrames(env) if self.render else env
         if os.getpid() == self._owner_pid:
             if self.spaces is None:
                 raise RuntimeError(
@@ -152,7 +179,8 @@ class MetaDriveEnvFn:
                     "subprocess (one engine per process)")
             return _Spaces(*self.spaces)
         prepare_worker()
-        return make_env(self.env_class, self.config, self.info_keys)
+        env = make_env(self.env_class, self.config, self.info_keys)
+        return TopDownFrames(env) if self.render else env
 
     def describe(self):
         """Builds the environment without starting an engine and returns

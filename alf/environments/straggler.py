@@ -78,14 +78,16 @@ class SlowedEnvironment:
 @gin.configurable
 def straggler_load(env_name: str, num_envs: int, seed=None,
                    asynchronous: bool = False, load_fn: Callable = None,
-                   ranks: Sequence[int] = (1, ), slowdown: float = 2.0):
+                   ranks: Sequence[int] = (1, ), slowdown: float = 2.0,
+                   **kwargs):
     """``load_fn``'s environments, ``slowdown`` times slower in ``ranks``
-    (an ``env_load_fn`` for `TrainerConfig`)."""
+    (an ``env_load_fn`` for `TrainerConfig`); ``kwargs`` go to
+    ``load_fn``."""
     if load_fn is None:
         from alf.environments import suite_gym
         load_fn = suite_gym.load
     env = load_fn(env_name, num_envs=num_envs, seed=seed,
-                  asynchronous=asynchronous)
+                  asynchronous=asynchronous, **kwargs)
     if slowdown > 1 and collecting_rank() in tuple(ranks):
         env = SlowedEnvironment(env, slowdown)
     return env

@@ -144,6 +144,19 @@ class BatchedEnvironment:
         false = torch.zeros(self.num_envs, dtype=torch.bool)
         return TimeStep(self._obs(obs), zeros, false, false.clone())
 
+    def render(self) -> np.ndarray:
+        """The first sub-environment's current frame, uint8 [H, W, 3].
+
+        Raises:
+            AlfError: the environments were not loaded to render (the load
+                function's ``render`` argument).
+        """
+        frames = self._env.render()
+        if not frames or frames[0] is None:
+            raise AlfError("these environments do not render frames; load "
+                           "them with render=True")
+        return np.asarray(frames[0])[..., :3]
+
     def step(self, action: torch.Tensor) -> TimeStep:
         """Steps every sub-environment with the batched ``action``."""
         a = action.cpu().numpy()
@@ -192,7 +205,8 @@ def load(env_name: str,
          max_episode_steps: Optional[int] = None,
          env_kwargs: Optional[dict] = None,
          wrappers: tuple = (),
-         clip_action: bool = True) -> BatchedEnvironment:
+         clip_action: bool = True,
+         render: bool = False) -> BatchedEnvironment:
     """Creates ``num_envs`` copies of a gymnasium environment, batched.
 
     Args:
@@ -209,12 +223,16 @@ def load(env_name: str,
         env_kwargs: keyword arguments for ``gymnasium.make``.
         wrappers: callables ``env -> env`` applied to each sub-environment.
         clip_action: clip continuous actions to the action space's bounds.
+        render: make `BatchedEnvironment.render` return frames (gymnasium's
+            ``render_mode="rgb_array"``).
 
     Raises:
         AlfError: if ``env_name`` is not a registered environment id, or
             for a ``max_episode_steps`` or ``env_kwargs`` it cannot take.
     """
     check_env_id(env_name)
+    if render:
+        env_kwargs = dict(env_kwargs or {}, render_mode="rgb_array")
     _check_env_args(gym.spec(env_name), max_episode_steps, env_kwargs)
     # The spec, not the id: spawned workers do not see environments that
     # were registered at run time (by a test, or a user's module).

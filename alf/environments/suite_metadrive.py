@@ -115,7 +115,8 @@ def load(env_name: str = "MetaDrive",
          map: Union[int, str] = 3,  # noqa: A002 - MetaDrive's name
          env_config: Optional[dict] = None,
          topdown_resolution: int = 84,
-         log_level: int = 30) -> BatchedEnvironment:
+         log_level: int = 30,
+         render: bool = False) -> BatchedEnvironment:
     """Creates ``num_envs`` MetaDrive environments, one process each.
 
     Args:
@@ -152,6 +153,9 @@ def load(env_name: str = "MetaDrive",
             arguments above.
         topdown_resolution: R, the image size of the top-down observation.
         log_level: MetaDrive's logging level in the workers (30: warnings).
+        render: make `BatchedEnvironment.render` return MetaDrive's top-down
+            view as RGB frames (`metadrive_env_fn.TopDownFrames`), for any
+            observation.
 
     Returns:
         A `BatchedEnvironment` whose ``episode_info`` is `EPISODE_INFO` (see
@@ -187,11 +191,12 @@ def load(env_name: str = "MetaDrive",
         # An actor of asynchronous collection: its one engine runs here.
         vec = SyncVectorEnv([MetaDriveEnvFn(env_class, config,
                                             info_keys=_INFO_KEYS,
-                                            in_process=True)],
+                                            in_process=True, render=render)],
                             autoreset_mode=AutoresetMode.SAME_STEP)
         return BatchedEnvironment(vec, clip_action=True, seed=seed,
                                   episode_info=EPISODE_INFO)
-    env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS)
+    env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS,
+                            render=render)
     obs_space, action_space, assets = _describe(env_fn)
     if not assets:
         global _warned_assets

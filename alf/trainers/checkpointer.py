@@ -2,6 +2,7 @@
 import errno
 import glob
 import io
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,8 @@ import torch
 from alf.utils.errors import CheckpointError
 
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+#: The best evaluation's checkpoint and its record, beside the others.
+BEST, BEST_INFO = "best.pt", "best.json"
 
 
 class Checkpointer:
@@ -54,6 +57,39 @@ class Checkpointer:
                 as they were.
         """
         path = os.path.join(self.ckpt_dir, f"ckpt-{env_steps}.pt")
+        self._write(state, path)
+        if self.max_to_keep:
+            for old in self._all()[:-self.max_to_keep]:
+                os.remove(old)
+        return path
+
+    def save_best(self, state: Dict[str, Any], env_steps: int, metric: str,
+                  value: float) -> str:
+        """Writes ``state`` atomically as ``best.pt`` (never deleted for
+        newer checkpoints), and ``best.json`` with the evaluation it
+        scored; returns the path."""
+        path = os.path.join(self.ckpt_dir, BEST)
+        self._write(state, path)
+        info = json.dumps({"env_steps": env_steps, "metric": metric,
+                           "value": value})
+        tmp = os.path.join(self.ckpt_dir, BEST_INFO + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(info + "\n")
+        os.replace(tmp, os.path.join(self.ckpt_dir, BEST_INFO))
+        return path
+
+    def best(self) -> Optional[Dict[str, Any]]:
+        """``best.json``'s record (``env_steps``, ``metric``, ``value``,
+        and ``path``), or None before any best checkpoint."""
+        try:
+            with open(os.path.join(self.ckpt_dir, BEST_INFO)) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            return None
+        path = os.path.join(self.ckpt_dir, BEST)
+        return dict(info, path=path) if os.path.exists(path) else None
+
+    def _write(self, state: Dict[str, Any], path: str) -> None:
         tmp = path + ".tmp"
         # Serialised in memory first: torch's writer turns a failed write
         # into a RuntimeError without errno, and the size is then known.
@@ -72,10 +108,6 @@ class Checkpointer:
             if isinstance(e, OSError):
                 raise CheckpointError(_write_failure(path, len(data), e)) from e
             raise
-        if self.max_to_keep:
-            for old in self._all()[:-self.max_to_keep]:
-                os.remove(old)
-        return path
 
     @staticmethod
     def load(path: str, layout: Optional[Dict[str, Any]] = None

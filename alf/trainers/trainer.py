@@ -4,6 +4,7 @@
 the process group already set up. Rank 0 alone writes files and the console.
 """
 import errno
+import math
 import os
 import signal
 import threading
@@ -23,7 +24,8 @@ from alf.trainers.evaluator import (Evaluator, append_eval_csv,
 from alf.trainers.preemption import make_preemption
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed, process
-from alf.utils.errors import AlfError, CheckpointError, TrainingError
+from alf.utils.errors import (AlfError, CheckpointError, ConfigError,
+                              TrainingError)
 
 _SEED_STRIDE = 10007  # env seeds of a resumed run differ from the first run's
 
@@ -104,6 +106,7 @@ class Trainer:
         self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
                                           cfg.max_checkpoints)
         self._episodes = EpisodeStats(cfg.num_envs, metrics)
+        self._best = _check_best_metric(cfg.best_metric, metrics)
         self._evaluator = None
         self._writers = {}
         if self.is_chief:
@@ -433,10 +436,27 @@ class Trainer:
             w.add_scalar(f"eval/{name}", value, self.env_steps)
         w.flush()
         append_eval_csv(self.root_dir, self.env_steps, metrics)
+        self._keep_best(metrics)
         logging.info("eval at %d env steps: return %.2f, episode length %.1f",
                      self.env_steps, metrics["average_return"],
                      metrics["average_episode_length"])
         return metrics
+
+    def _keep_best(self, metrics: Dict[str, float]) -> None:
+        """Saves ``best.pt`` when this evaluation beats every earlier one
+        of the run (this process's and, resumed, the earlier ones')."""
+        name = self.config.best_metric
+        value = metrics.get(name, float("nan")) if name else float("nan")
+        if math.isnan(value):
+            return
+        if self._best is None:
+            info = self._checkpointer.best()
+            self._best = (info["value"] if info and info["metric"] == name
+                          else -math.inf)
+        if value > self._best:
+            self._best = value
+            self._checkpointer.save_best(self._state(), self.env_steps,
+                                         name, value)
 
     def _steps_per_second(self) -> float:
         """Training throughput since the start of this process, excluding
@@ -481,6 +501,18 @@ class Trainer:
                     getattr(self, "_evaluator", None)):
             if env is not None:
                 env.close()
+
+
+def _check_best_metric(name: Optional[str], episode_metrics) -> None:
+    """Refuses a ``best_metric`` that evaluations do not report; returns
+    the best value known yet (None: read from ``best.json`` when needed)."""
+    valid = ("average_return", "average_episode_length",
+             *episode_metrics)
+    if name is not None and name not in valid:
+        raise ConfigError(f"TrainerConfig.best_metric={name!r} is not an "
+                          f"evaluation metric here; valid: "
+                          f"{', '.join(valid)} or None")
+    return None
 
 
 # A write into ROOT_DIR that fails for these is the disk's fault, not a bug.

@@ -106,6 +106,14 @@ class TrainerConfig:
         checkpoint_interval: save a checkpoint every this many iterations
             (and always at the end and on Ctrl-C).
         max_checkpoints: keep this many newest checkpoints (None: all).
+        best_metric: the evaluation metric (higher is better) whose best
+            value so far keeps its checkpoint as ``ckpt/best.pt``, with
+            ``ckpt/best.json`` saying when and what it scored; never
+            deleted for newer checkpoints (which are kept as
+            ``max_checkpoints`` says). ``average_return``,
+            ``average_episode_length`` or one of the environment's episode
+            metrics (MetaDrive: ``route_completion``, ``success_rate``);
+            None: no best checkpoint.
         torch_num_threads: torch intra-op threads per process; 1 is fastest
             for small networks and is what keeps several processes on one
             machine from fighting over cores.
@@ -146,6 +154,7 @@ class TrainerConfig:
     summary_interval: int = 10
     checkpoint_interval: int = 100
     max_checkpoints: Optional[int] = 5
+    best_metric: Optional[str] = "average_return"
     torch_num_threads: int = 1
     log_interval_seconds: float = 10.0
     sync_check_interval: int = 50

@@ -7,6 +7,7 @@ TensorBoard events and checkpoints, and can be resumed.
 """
 import csv
 import glob
+import json
 import os
 import shutil
 import signal
@@ -246,8 +247,12 @@ def test_end_to_end_run_writes_everything(finished_run):
         assert events, f"no TensorBoard events in {sub}/"
 
     ckpts = sorted(os.listdir(root / "ckpt"))
-    assert ckpts == [f"ckpt-{STEPS}.pt"]
-    state = torch.load(root / "ckpt" / ckpts[0], weights_only=True)
+    # The one evaluation is the best so far: kept as best.pt too.
+    assert ckpts == ["best.json", "best.pt", f"ckpt-{STEPS}.pt"]
+    best = json.loads((root / "ckpt" / "best.json").read_text())
+    assert best == {"env_steps": STEPS, "metric": "average_return",
+                    "value": pytest.approx(float(rows[0]["average_return"]))}
+    state = torch.load(root / "ckpt" / ckpts[-1], weights_only=True)
     assert state["counters"]["env_steps"] == STEPS
     assert state["counters"]["iteration"] == STEPS // 32
 
@@ -286,7 +291,8 @@ def test_rerun_of_finished_run_does_nothing(rerun_finished):
     assert "Traceback" not in res.stderr
     for name in before:  # nothing changed
         assert after[name] == before[name], name
-    assert sorted(os.listdir(root / "ckpt")) == [f"ckpt-{STEPS}.pt"]
+    assert sorted(os.listdir(root / "ckpt")) == [
+        "best.json", "best.pt", f"ckpt-{STEPS}.pt"]
 
 
 @pytest.mark.timeout(120)
@@ -333,8 +339,9 @@ def test_corrupt_checkpoint_is_refused(corrupt_run):
     with open(newest, "rb") as f:
         assert f.read() == garbage  # left as it was
     # No checkpoint, eval row or config written by the refused run.
-    assert sorted(os.listdir(root / "ckpt")) == [os.path.basename(newest)]
-    for name in ("eval.csv", "config.gin"):
+    assert sorted(os.listdir(root / "ckpt")) == [
+        "best.json", "best.pt", os.path.basename(newest)]
+    for name in ("eval.csv", "config.gin", "ckpt/best.pt"):
         assert after[name] == before[name]
     assert not glob.glob(str(root / "config-resumed-*"))
 

@@ -349,3 +349,48 @@ def test_a_checkpoint_request_during_the_agreement_is_not_lost(
     assert trainer._requests() == (0, False)
     assert trainer._requests() == (0, True)
     assert trainer._requests() == (0, False)
+
+
+def test_best_checkpoint_follows_the_best_evaluation_across_resumes(
+        tmp_path, monkeypatch):
+    """best.pt is rewritten only when an evaluation beats every earlier
+    one, including a resumed run's earlier ones; it is never one of the
+    checkpoints that max_checkpoints deletes."""
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, max_checkpoints=1)
+
+    def trainer():
+        t = Trainer(str(tmp_path), cfg)
+        t._checkpointer = Checkpointer(str(tmp_path / "ckpt"), 1)
+        t._best = None
+        monkeypatch.setattr(t, "_state", lambda: {"at": t.env_steps})
+        return t
+
+    first = trainer()
+    for steps, ret in [(100, 5.0), (200, 9.0), (300, 7.0)]:
+        first.env_steps = steps
+        first._keep_best({"average_return": ret})
+        first._checkpointer.save({"at": steps}, steps)
+    best = first._checkpointer.best()
+    assert (best["env_steps"], best["value"]) == (200, 9.0)
+    assert torch.load(best["path"], weights_only=True) == {"at": 200}
+    resumed = trainer()
+    resumed.env_steps = 400
+    resumed._keep_best({"average_return": 8.0})  # below the earlier 9
+    assert resumed._checkpointer.best()["env_steps"] == 200
+    resumed._keep_best({"average_return": float("nan")})
+    resumed.env_steps = 500
+    resumed._keep_best({"average_return": 9.5})
+    assert resumed._checkpointer.best()["env_steps"] == 500
+    assert sorted(os.listdir(tmp_path / "ckpt")) == [
+        "best.json", "best.pt", "ckpt-300.pt"]
+
+
+def test_an_unknown_best_metric_is_refused():
+    from alf.trainers.trainer import _check_best_metric
+    from alf.utils.errors import ConfigError
+    _check_best_metric("route_completion", ("route_completion", ))
+    _check_best_metric(None, ())
+    with pytest.raises(ConfigError, match="best_metric='sucess_rate' .*"
+                       "valid: average_return, average_episode_length, "
+                       "success_rate or None"):
+        _check_best_metric("sucess_rate", ("success_rate", ))

@@ -1,0 +1,257 @@
+r"""Play a trained policy: a per-episode table, optionally a video.
+
+    python -m alf.bin.play --root_dir DIR [--checkpoint latest|best|N] \
+        [--num_episodes 3] [--sampling] [--record_file out.gif|out.mp4] \
+        [--gin_param ...] [--seed 0]
+
+Rebuilds the run from ``DIR/config.gin`` (plus ``--gin_param``), loads a
+checkpoint of ``DIR/ckpt`` (weights only: a checkpoint cannot run code),
+plays ``--num_episodes`` episodes in one environment in this process and
+prints each one's return, length and the environment's episode metrics
+(MetaDrive: success, route completion, ...), then their means. Episode
+``e`` starts from seed ``--seed + e``, so a replay is reproducible.
+
+``--record_file`` writes one frame per step, the state the policy acted on
+(so an episode of length L gives L frames): gymnasium's ``rgb_array``
+rendering, or
+MetaDrive's top-down view (for state-observation policies too). A ``.gif``
+is written with Pillow; an ``.mp4`` needs ``pip install 'alf[video]'``
+(imageio with its ffmpeg binary).
+
+Exit codes: 0, 1 for a bad input (one line: a missing run, checkpoint,
+unwritable file), 130 on Ctrl-C.
+"""
+import math
+import os
+import sys
+from typing import Dict, List, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from absl import app, flags
+
+from alf.utils.errors import AlfError, ConfigError, one_line
+
+flags.DEFINE_string("root_dir", None, "The run's folder (config.gin, ckpt/).")
+flags.DEFINE_string("checkpoint", "latest", "latest, best (the best "
+                    "evaluation's, ckpt/best.pt) or N (ckpt/ckpt-N.pt).")
+flags.DEFINE_integer("num_episodes", 3, "Episodes to play.", lower_bound=1)
+flags.DEFINE_bool("sampling", False, "Act with the sampling policy that "
+                  "collected training data, not the deterministic one.")
+flags.DEFINE_string("record_file", None, "Write a video: .gif or .mp4.")
+flags.DEFINE_integer("fps", 30, "Frames per second of the video.",
+                     lower_bound=1)
+flags.DEFINE_integer("seed", 0, "Episode e starts from seed + e.")
+flags.DEFINE_multi_string("gin_param", None, "Gin bindings applied after "
+                          "the run's config.gin.")
+
+VIDEO_FORMATS = (".gif", ".mp4")
+
+
+def checkpoint_path(root_dir: str, which: str) -> str:
+    """The file of checkpoint ``which`` (latest, best or N) of a run.
+
+    Raises:
+        ConfigError: naming what exists instead.
+    """
+    from alf.trainers.checkpointer import BEST, Checkpointer
+    ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
+    steps = [int(os.path.basename(p)[5:-3]) for p in ckpt._all()]
+    have = ", ".join(["latest"] + (["best"] if ckpt.best() else []) +
+                     [str(s) for s in steps])
+    if which == "latest":
+        path = ckpt.latest()
+    elif which == "best":
+        path = os.path.join(ckpt.ckpt_dir, BEST) if ckpt.best() else None
+    elif which.isdigit():
+        path = os.path.join(ckpt.ckpt_dir, f"ckpt-{int(which)}.pt")
+        path = path if int(which) in steps else None
+    else:
+        raise ConfigError(f"--checkpoint={which!r}: use latest, best or a "
+                          f"number of env steps ({have})")
+    if path is None:
+        raise ConfigError(f"--checkpoint={which}: no such checkpoint in "
+                          f"{ckpt.ckpt_dir} (there: "
+                          f"{have if steps else 'none'})")
+    return path
+
+
+def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
+         sampling: bool = False, record_file: Optional[str] = None,
+         gin_params: Sequence[str] = (), seed: int = 0,
+         fps: int = 30) -> List[Dict[str, float]]:
+    """Plays a run's checkpoint; returns one row per episode (``return``,
+    ``length`` and the episode metrics) and writes ``record_file``.
+
+    Raises:
+        AlfError: one line, for a missing run, checkpoint or config, an
+            unwritable or unknown ``record_file``.
+    """
+    import alf.config
+    from alf.environments import env_fn
+    from alf.trainers.checkpointer import Checkpointer
+    from alf.trainers.trainer import _CHECKPOINT_LAYOUT
+    from alf.trainers.trainer_config import TrainerConfig
+
+    config_file = os.path.join(root_dir, "config.gin")
+    if not os.path.isdir(root_dir):
+        raise ConfigError(f"--root_dir={root_dir!r} does not exist")
+    if not os.path.isfile(config_file):
+        raise ConfigError(f"{config_file} is missing: --root_dir must be a "
+                          "run's folder (alf.bin.train writes it)")
+    path = checkpoint_path(root_dir, checkpoint)
+    writer = _VideoWriter(record_file, fps) if record_file else None
+    alf.config.parse_config([config_file], gin_params)
+    cfg = TrainerConfig()
+    torch.set_num_threads(cfg.torch_num_threads)
+    # One environment, built here (MetaDrive's one engine, no worker).
+    env_fn.set_environment_process()
+    # pygame renders off-screen: no window, no sound device.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    kwargs = {"render": True} if writer else {}
+    try:
+        env = cfg.env_load_fn(cfg.env_name, num_envs=1, seed=seed,
+                              asynchronous=False, **kwargs)
+    except TypeError as e:
+        if "render" not in str(e):
+            raise
+        raise ConfigError(f"{cfg.env_load_fn.__name__} takes no 'render' "
+                          "argument, so it cannot record; play without "
+                          "--record_file") from e
+    except gym.error.DependencyNotInstalled as e:
+        raise ConfigError(f"rendering {cfg.env_name} needs a package that "
+                          f"is missing ({one_line(e)}): pip install "
+                          "'alf[video]'") from e
+    try:
+        algorithm = cfg.algorithm_ctor(
+            observation_space=env.observation_space,
+            action_space=env.action_space, config=cfg)
+        state = Checkpointer.load(path, _CHECKPOINT_LAYOUT)
+        algorithm.load_state_dict(state["algorithm"])
+        algorithm.eval()
+        rows = [_episode(env, algorithm, seed + e, sampling, writer)
+                for e in range(num_episodes)]
+    finally:
+        env.close()
+    if writer:
+        writer.close()
+    return rows
+
+
+@torch.inference_mode()
+def _episode(env, algorithm, seed: int, sampling: bool, writer):
+    ts = env.reset(seed=seed)
+    total, length, row = 0.0, 0, {}
+    while True:
+        if writer:
+            writer.add(env.render())
+        obs = algorithm.observe(ts.observation, update=False)
+        step = (algorithm.rollout_step(obs) if sampling else
+                algorithm.predict_step(obs))
+        ts = env.step(step.output)
+        total += float(ts.reward[0])
+        length += 1
+        if bool(ts.done[0]):
+            # No frame after the last step: the environment has already
+            # reset to the next episode (gymnasium's same-step autoreset).
+            row = {k: float(v[0]) for k, v in ts.episode_info.items()}
+            return {"return": total, "length": float(length), **row}
+
+
+def _require(*modules: str) -> None:
+    import importlib
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"--record_file needs {name.split('.')[0]}: "
+                              "pip install 'alf[video]'") from e
+
+
+class _VideoWriter:
+    """Collects frames and writes them as a GIF (Pillow) or an MP4
+    (imageio + ffmpeg, the ``video`` extra)."""
+
+    def __init__(self, path: str, fps: int):
+        ext = os.path.splitext(path)[1].lower()
+        if ext not in VIDEO_FORMATS:
+            raise ConfigError(f"--record_file={path!r}: use a "
+                              f"{' or '.join(VIDEO_FORMATS)} file")
+        if ext == ".mp4":
+            _require("imageio.v2", "imageio_ffmpeg")
+        else:
+            _require("PIL")
+        # Refused before playing, not after.
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as e:
+            raise ConfigError(f"--record_file={path!r} cannot be written "
+                              f"({e.strerror or e})") from e
+        self.path, self.fps, self.frames = path, fps, []
+
+    def add(self, frame: np.ndarray) -> None:
+        frame = np.array(frame, dtype=np.uint8)
+        # A time strip along the bottom edge, one pixel longer each frame
+        # (wrapping): GIF writers merge equal consecutive frames, so a car
+        # standing still would otherwise shorten the video.
+        tick = len(self.frames) % frame.shape[1]
+        frame[-3:, :tick + 1] = 255
+        frame[-3:, tick + 1:] = 0
+        self.frames.append(frame)
+
+    def close(self) -> None:
+        tmp = self.path + ".tmp" + os.path.splitext(self.path)[1]
+        if self.path.lower().endswith(".gif"):
+            from PIL import Image
+            images = [Image.fromarray(f) for f in self.frames]
+            images[0].save(tmp, save_all=True, append_images=images[1:],
+                           duration=max(1000 // self.fps, 20), loop=0,
+                           optimize=False, disposal=1)
+        else:
+            import imageio.v2 as imageio
+            with imageio.get_writer(tmp, fps=self.fps,
+                                    macro_block_size=1) as w:
+                for f in self.frames:
+                    w.append_data(f)
+        os.replace(tmp, self.path)
+
+
+def format_table(rows: List[Dict[str, float]]) -> str:
+    """The per-episode table and the means, as text."""
+    names = list(rows[0])
+    for row in rows[1:]:
+        names += [n for n in row if n not in names]
+    head = f"{'episode':>7} " + " ".join(f"{n:>16}" for n in names)
+    lines = [head]
+    for i, row in enumerate(rows):
+        lines.append(f"{i:>7} " + " ".join(
+            f"{row.get(n, math.nan):16.3f}" for n in names))
+    means = [np.nanmean([r.get(n, math.nan) for r in rows]) for n in names]
+    lines.append(f"{'mean':>7} " + " ".join(f"{m:16.3f}" for m in means))
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    FLAGS = flags.FLAGS
+    try:
+        rows = play(FLAGS.root_dir, FLAGS.checkpoint, FLAGS.num_episodes,
+                    FLAGS.sampling, FLAGS.record_file, FLAGS.gin_param or (),
+                    FLAGS.seed, FLAGS.fps)
+    except AlfError as e:
+        print(f"alf.bin.play: {one_line(e)}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("alf.bin.play: interrupted", file=sys.stderr)
+        sys.exit(130)
+    print(format_table(rows))
+    if FLAGS.record_file:
+        print(f"wrote {FLAGS.record_file}")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("root_dir")
+    app.run(main)

@@ -1,0 +1,91 @@
+"""alf.bin.play: the per-episode table, videos that decode to one frame per
+step, the checkpoint choice and one-line errors."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from test_train_distributed import REPO
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cart_pole_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("play") / "run"
+    res = subprocess.run(
+        [sys.executable, "-m", "alf.bin.train", "--gin_file",
+         "ppo_cart_pole.gin", "--root_dir", str(root), "--gin_param",
+         "TrainerConfig.num_env_steps=1024", "--gin_param",
+         "TrainerConfig.eval_interval=2", "--gin_param",
+         "TrainerConfig.num_eval_episodes=2"],
+        capture_output=True, text=True, timeout=150, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return root
+
+
+def _play(root, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "alf.bin.play", "--root_dir", str(root),
+         *args], capture_output=True, text=True, timeout=150, cwd=REPO)
+
+
+def _lengths(stdout):
+    """The episode lengths of the printed table."""
+    rows = [ln.split() for ln in stdout.splitlines()
+            if re.match(r"\s*\d+\s", ln)]
+    return [int(float(r[2])) for r in rows]
+
+
+def test_two_episodes_to_a_gif_of_one_frame_per_step(cart_pole_run,
+                                                      tmp_path):
+    from PIL import Image
+    out = tmp_path / "cp.gif"
+    res = _play(cart_pole_run, "--num_episodes", "2", "--record_file",
+                str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lengths = _lengths(res.stdout)
+    assert len(lengths) == 2 and all(n > 0 for n in lengths)
+    assert re.search(r"^\s*mean\s", res.stdout, re.M)
+    with Image.open(out) as gif:
+        assert gif.n_frames == sum(lengths)
+        assert gif.size == (600, 400)  # CartPole's rgb_array frames
+
+
+def test_mp4_and_the_best_checkpoint(cart_pole_run, tmp_path):
+    import imageio.v2 as imageio
+    out = tmp_path / "cp.mp4"
+    res = _play(cart_pole_run, "--checkpoint", "best", "--record_file",
+                str(out), "--num_episodes", "1", "--sampling")
+    assert res.returncode == 0, res.stderr[-3000:]
+    reader = imageio.get_reader(str(out))
+    assert reader.count_frames() == sum(_lengths(res.stdout))
+    # Same seed, same checkpoint, deterministic policy: the same episode.
+    again = [_play(cart_pole_run, "--num_episodes", "1").stdout
+             for _ in range(2)]
+    assert again[0] == again[1]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--checkpoint", "999"], r"--checkpoint=999: no such checkpoint .* "
+                              r"\(there: latest, best, 1024\)"),
+    (["--checkpoint", "oldest"], r"use latest, best or a number"),
+    (["--record_file", "/no/such/folder/x.gif"], r"cannot be written"),
+    (["--record_file", "x.avi"], r"use a \.gif or \.mp4 file"),
+])
+def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
+    res = _play(cart_pole_run, *args)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert re.search(message, last), res.stderr
+    assert not os.path.exists("x.avi")
+
+
+def test_a_folder_that_is_not_a_run(tmp_path):
+    res = _play(tmp_path / "missing")
+    assert res.returncode == 1 and "does not exist" in res.stderr
+    res = _play(tmp_path)
+    assert res.returncode == 1 and "config.gin is missing" in res.stderr
