@@ -39,6 +39,7 @@ process group, and the receiving thread only queues their messages. Every
 stored step carries the acting policy's ``rollout_info`` (PPO's
 behaviour log-probability, used in the ratio) and its version.
 """
+import dataclasses
 import multiprocessing as mp
 import queue
 import signal
@@ -190,6 +191,9 @@ class AsyncCollector:
         self._envs_per_actor = envs_per_actor
         self._cols = [i * envs_per_actor for i in range(n)]
         gin_config = gin.config_str()
+        # Evaluation is the learner's; and a gin-scoped function
+        # (``@held_out/suite_metadrive.load``) does not pickle.
+        config = dataclasses.replace(config, held_out_env_load_fn=None)
         spec = (gym.spec(config.env_name) if config.env_name in gym.registry
                 else None)
         for i in range(n):

@@ -9,6 +9,9 @@ import torch
 from alf.algorithms.rl_algorithm import RLAlgorithm
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
+#: Evaluations on the training environments' settings, and on held-out ones
+#: (``TrainerConfig.held_out_env_load_fn``).
+EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 
 
 class Evaluator:
@@ -80,13 +83,13 @@ class Evaluator:
 
 
 def append_eval_csv(root_dir: str, env_steps: int,
-                    metrics: Dict[str, float]) -> None:
-    """Appends a row to ``ROOT_DIR/eval.csv`` (header written once).
+                    metrics: Dict[str, float], name: str = EVAL_CSV) -> None:
+    """Appends a row to ``ROOT_DIR/<name>`` (header written once).
 
     The first columns are always `EVAL_CSV_COLUMNS`; other metrics follow in
     the order of the first row written.
     """
-    path = os.path.join(root_dir, "eval.csv")
+    path = os.path.join(root_dir, name)
     row = dict(metrics, env_steps=env_steps)
     new = not os.path.exists(path) or os.path.getsize(path) == 0
     if new:
@@ -104,9 +107,11 @@ def append_eval_csv(root_dir: str, env_steps: int,
         os.fsync(f.fileno())
 
 
-def set_aside_later_rows(root_dir: str, env_steps: int) -> Optional[str]:
-    """Moves the rows of ``ROOT_DIR/eval.csv`` after ``env_steps`` to
-    ``ROOT_DIR/eval-discarded-<time>.csv``.
+def set_aside_later_rows(root_dir: str, env_steps: int,
+                         name: str = EVAL_CSV) -> Optional[str]:
+    """Moves the rows of ``ROOT_DIR/<name>`` (``eval.csv``) after
+    ``env_steps`` to ``ROOT_DIR/eval-discarded-<time>.csv`` (for
+    ``eval_held_out.csv``, ``eval_held_out-discarded-<time>.csv``).
 
     A run resumed from a checkpoint older than its last evaluations (the
     newest checkpoints were removed, or it crashed between checkpoints)
@@ -118,7 +123,7 @@ def set_aside_later_rows(root_dir: str, env_steps: int) -> Optional[str]:
     Returns:
         The path the rows went to, or None if there were none.
     """
-    path = os.path.join(root_dir, "eval.csv")
+    path = os.path.join(root_dir, name)
     if not os.path.exists(path):
         return None
     with open(path, newline="") as f:
@@ -138,11 +143,12 @@ def set_aside_later_rows(root_dir: str, env_steps: int) -> Optional[str]:
     if not later:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = os.path.join(root_dir, f"eval-discarded-{stamp}.csv")
+    stem = os.path.splitext(name)[0]
+    aside = os.path.join(root_dir, f"{stem}-discarded-{stamp}.csv")
     n = 1
     while os.path.exists(aside):  # never overwrite an earlier one
         n += 1
-        aside = os.path.join(root_dir, f"eval-discarded-{stamp}-{n}.csv")
+        aside = os.path.join(root_dir, f"{stem}-discarded-{stamp}-{n}.csv")
     # The rows are written aside before eval.csv loses them.
     _write_rows(aside, [rows[0]] + later)
     _write_rows(path, [rows[0]] + [r for r in rows[1:] if kept(r)])

@@ -19,8 +19,8 @@ from alf.trainers.checkpointer import (Checkpointer, describe_mismatch,
                                       free_space)
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
-from alf.trainers.evaluator import (Evaluator, append_eval_csv,
-                                    set_aside_later_rows)
+from alf.trainers.evaluator import (EVAL_CSV, HELD_OUT_CSV, Evaluator,
+                                    append_eval_csv, set_aside_later_rows)
 from alf.trainers.preemption import make_preemption
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed, process
@@ -107,13 +107,20 @@ class Trainer:
                                           cfg.max_checkpoints)
         self._episodes = EpisodeStats(cfg.num_envs, metrics)
         self._best = _check_best_metric(cfg.best_metric, metrics)
-        self._evaluator = None
+        self._evaluator = self._held_out = None
         self._writers = {}
         if self.is_chief:
-            self._evaluator = Evaluator(cfg.env_load_fn(
-                cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
-                asynchronous=cfg.async_env), seed=cfg.seed + 1_000_003,
-                deterministic=cfg.eval_deterministic)
+            self._evaluator = self._make_evaluator(cfg.env_load_fn)
+            if cfg.held_out_env_load_fn is not None:
+                self._held_out = self._make_evaluator(
+                    cfg.held_out_env_load_fn)
+
+    def _make_evaluator(self, load_fn) -> Evaluator:
+        cfg = self.config
+        return Evaluator(load_fn(
+            cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
+            asynchronous=cfg.async_env), seed=cfg.seed + 1_000_003,
+            deterministic=cfg.eval_deterministic)
 
     def _writer(self, name: str):
         if name not in self._writers:
@@ -202,12 +209,14 @@ class Trainer:
     def _set_aside_discarded_evaluations(self) -> None:
         # Evaluations after the checkpoint come from training this run
         # discards; it will evaluate those steps again.
-        aside = set_aside_later_rows(self.root_dir, self.env_steps)
-        if aside:
-            logging.warning("eval.csv has evaluations after %d env steps, "
-                            "from training beyond the checkpoint resumed "
-                            "from (or from a run without checkpoint); moved "
-                            "them to %s", self.env_steps, aside)
+        for name in (EVAL_CSV, HELD_OUT_CSV):
+            aside = set_aside_later_rows(self.root_dir, self.env_steps, name)
+            if aside:
+                logging.warning(
+                    "%s has evaluations after %d env steps, from training "
+                    "beyond the checkpoint resumed from (or from a run "
+                    "without checkpoint); moved them to %s", name,
+                    self.env_steps, aside)
 
     def _save_checkpoint(self) -> Optional[str]:
         if not self.is_chief:
@@ -430,17 +439,27 @@ class Trainer:
             return {}
         start = time.time()
         metrics = self._evaluator.evaluate(self.algorithm)
-        self._eval_seconds += time.time() - start
-        w = self._writer("eval")
-        for name, value in metrics.items():
-            w.add_scalar(f"eval/{name}", value, self.env_steps)
-        w.flush()
-        append_eval_csv(self.root_dir, self.env_steps, metrics)
+        self._record_evaluation("eval", EVAL_CSV, metrics)
         self._keep_best(metrics)
-        logging.info("eval at %d env steps: return %.2f, episode length %.1f",
-                     self.env_steps, metrics["average_return"],
-                     metrics["average_episode_length"])
+        held_out = ""
+        if self._held_out is not None:
+            other = self._held_out.evaluate(self.algorithm)
+            self._record_evaluation("eval_held_out", HELD_OUT_CSV, other)
+            held_out = "; held-out: return %.2f, episode length %.1f" % (
+                other["average_return"], other["average_episode_length"])
+        self._eval_seconds += time.time() - start
+        logging.info("eval at %d env steps: return %.2f, episode length "
+                     "%.1f%s", self.env_steps, metrics["average_return"],
+                     metrics["average_episode_length"], held_out)
         return metrics
+
+    def _record_evaluation(self, writer: str, csv_name: str,
+                           metrics: Dict[str, float]) -> None:
+        w = self._writer(writer)
+        for name, value in metrics.items():
+            w.add_scalar(f"{writer}/{name}", value, self.env_steps)
+        w.flush()
+        append_eval_csv(self.root_dir, self.env_steps, metrics, csv_name)
 
     def _keep_best(self, metrics: Dict[str, float]) -> None:
         """Saves ``best.pt`` when this evaluation beats every earlier one
@@ -498,7 +517,8 @@ class Trainer:
         for w in getattr(self, "_writers", {}).values():
             w.close()
         for env in (getattr(self, "_collector", None),
-                    getattr(self, "_evaluator", None)):
+                    getattr(self, "_evaluator", None),
+                    getattr(self, "_held_out", None)):
             if env is not None:
                 env.close()
 

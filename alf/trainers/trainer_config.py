@@ -95,6 +95,14 @@ class TrainerConfig:
         eval_interval: evaluate every this many iterations (0: only at the
             end).
         num_eval_episodes: episodes per evaluation.
+        held_out_env_load_fn: if set, every evaluation also plays
+            ``num_eval_episodes`` in environments from this function (same
+            arguments as ``env_load_fn``), e.g. scenarios training never
+            sees; written to ``eval_held_out.csv`` and TensorBoard's
+            ``eval_held_out/``. In gin, a scope keeps the training
+            environments' other settings: ``TrainerConfig.held_out_env_load_fn
+            = @held_out/suite_metadrive.load`` with
+            ``held_out/suite_metadrive.load.start_seed = 0``.
         eval_deterministic: evaluate the deterministic policy (the mode:
             the Gaussian's mean, the most likely category); False evaluates
             the sampling policy that collects training data. They can
@@ -150,6 +158,7 @@ class TrainerConfig:
     seed: int = 0
     eval_interval: int = 20
     num_eval_episodes: int = 10
+    held_out_env_load_fn: Optional[Callable] = None
     eval_deterministic: bool = True
     summary_interval: int = 10
     checkpoint_interval: int = 100

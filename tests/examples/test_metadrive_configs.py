@@ -48,11 +48,14 @@ def test_config_trains_a_few_iterations(gin_file, mode, tmp_path):
         pytest.fail(f"timed out; output:\n{e.stdout}\n{e.stderr}")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Traceback" not in res.stderr, res.stderr
-    with open(tmp_path / "eval.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert [r["env_steps"] for r in rows] == ["128"]
-    for column in ("success_rate", "route_completion", "crash_rate"):
-        assert 0.0 <= float(rows[0][column]) <= 1.0, rows[0]
+    # Training and held-out scenarios (ppg_metadrive_bev.gin includes
+    # ppg_metadrive.gin's split) are evaluated side by side.
+    for name in ("eval.csv", "eval_held_out.csv"):
+        with open(tmp_path / name, newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert [r["env_steps"] for r in rows] == ["128"]
+        for column in ("success_rate", "route_completion", "crash_rate"):
+            assert 0.0 <= float(rows[0][column]) <= 1.0, rows[0]
     assert os.listdir(tmp_path / "ckpt")
     # The auxiliary phase ran (its summaries exist) at every iteration.
     from tensorboard.backend.event_processing.event_accumulator import \

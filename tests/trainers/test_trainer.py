@@ -157,9 +157,16 @@ def test_checkpoint_with_wrong_structure_is_refused(tmp_path, content):
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]  # nothing written
 
 
+def _short_episodes(env_name, **kw):
+    """CartPole cut at 20 steps: "held-out" evaluations that differ."""
+    from alf.environments import suite_gym
+    return suite_gym.load(env_name, max_episode_steps=20, **kw)
+
+
 def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
     root = str(tmp_path)
-    cfg = tiny_config(eval_interval=1, checkpoint_interval=2)
+    cfg = tiny_config(eval_interval=1, checkpoint_interval=2,
+                      held_out_env_load_fn=_short_episodes)
     Trainer(root, config=cfg).train()
     os.remove(os.path.join(root, "ckpt", f"ckpt-{4 * SPI}.pt"))
     Trainer(root, config=cfg).train()  # from iteration 2
@@ -171,6 +178,13 @@ def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
     aside = glob.glob(os.path.join(root, "eval-discarded-*.csv"))
     assert len(aside) == 1
     assert read_eval_csv(aside[0])["env_steps"] == steps[2:]
+    # The held-out evaluations: their own file, set aside the same way.
+    held_out = read_eval_csv(os.path.join(root, "eval_held_out.csv"))
+    assert held_out["env_steps"] == steps
+    assert max(held_out["average_episode_length"]) <= 20
+    aside = glob.glob(os.path.join(root, "eval_held_out-discarded-*.csv"))
+    assert len(aside) == 1
+    assert read_eval_csv(aside[0])["env_steps"] == steps[2:]
     # TensorBoard shows each step once too: the resumed run's writers purge
     # the first run's events after the checkpoint.
     from tensorboard.backend.event_processing.event_accumulator import \
@@ -178,6 +192,10 @@ def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
     ea = EventAccumulator(os.path.join(root, "eval"))
     ea.Reload()
     assert [e.step for e in ea.Scalars("eval/average_return")] == steps
+    ea = EventAccumulator(os.path.join(root, "eval_held_out"))
+    ea.Reload()
+    assert [e.step for e in ea.Scalars("eval_held_out/average_return")] == \
+        steps
 
 
 def test_restart_before_any_checkpoint_sets_all_evaluations_aside(tmp_path):
@@ -201,7 +219,7 @@ def test_full_disk_while_writing_eval_csv_is_one_line(tmp_path, monkeypatch):
 
     import alf.trainers.trainer as trainer_module
 
-    def full(root_dir, env_steps, metrics):
+    def full(root_dir, env_steps, metrics, name="eval.csv"):
         raise OSError(errno.ENOSPC, "No space left on device",
                       os.path.join(root_dir, "eval.csv"))
 
