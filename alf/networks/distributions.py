@@ -86,3 +86,74 @@ class DiagGaussian:
         t = (self.mean - other.mean) * (-other.log_std).exp()
         return 0.5 * (var_ratio + t * t - 1 - 2 *
                       (self.log_std - other.log_std)).sum(-1)
+
+
+class TanhGaussian:
+    """A diagonal Gaussian squashed by tanh onto the box [low, high]:
+    ``low + (high - low) (tanh(x) + 1) / 2`` with ``x ~ N(mean, std)``.
+
+    Every sample lies inside the bounds, so nothing is clipped and the
+    deterministic action, the image of the Gaussian's mean (its median),
+    is an action the policy actually takes: a clipped Gaussian whose mean
+    sits beyond a bound acts like a constant when deterministic while its
+    samples spread inside (ALF's and SAC's actors squash the same way).
+
+    ``log_prob`` inverts the squashing (actions closer to a bound than
+    ``1e-6`` of the half-width count as that close); KL between two is the
+    Gaussians' KL (tanh is a bijection); ``entropy`` has no closed form and
+    is the Gaussian's plus the log-Jacobian at the mean (a first-order
+    estimate, for summaries and entropy bonuses).
+
+    Args:
+        mean, log_std: of the Gaussian before squashing ([B, A], [A] or
+            [B, A]).
+        low, high: the bounds, [A].
+    """
+
+    _EDGE = 1e-6
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor,
+                 low: torch.Tensor, high: torch.Tensor):
+        self.gaussian = DiagGaussian(mean, log_std)
+        self.low, self.high = low, high
+        self._half = (high - low) / 2
+
+    def _squash(self, x: torch.Tensor) -> torch.Tensor:
+        return self.low + self._half * (torch.tanh(x) + 1)
+
+    def _log_jacobian(self, x: torch.Tensor) -> torch.Tensor:
+        # log(half * (1 - tanh(x)^2)), stable for large |x|.
+        return (self._half.log() + 2 * (math.log(2) - x -
+                                         torch.nn.functional.softplus(
+                                             -2 * x))).sum(-1)
+
+    def sample(self) -> torch.Tensor:
+        """Actions of shape [B, A], inside the bounds."""
+        return self._squash(self.gaussian.sample())
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """log p(action), shape [B]."""
+        u = ((action - self.low) / self._half - 1).clamp(
+            -1 + self._EDGE, 1 - self._EDGE)
+        x = torch.atanh(u)
+        return self.gaussian.log_prob(x) - self._log_jacobian(x)
+
+    def entropy(self) -> torch.Tensor:
+        """First-order estimate of the entropy, shape [B]."""
+        return (self.gaussian.entropy() +
+                self._log_jacobian(self.gaussian.mean))
+
+    def mode(self) -> torch.Tensor:
+        """The deterministic action: the squashed mean, [B, A]."""
+        return self._squash(self.gaussian.mean)
+
+    def params(self) -> tuple:
+        """Tensors that rebuild this distribution: ``TanhGaussian(*params)``
+        (all [B, A], so that a minibatch can index them)."""
+        mean = self.gaussian.mean
+        return (mean, self.gaussian.log_std, self.low.expand_as(mean),
+                self.high.expand_as(mean))
+
+    def kl(self, other: "TanhGaussian") -> torch.Tensor:
+        """KL(self || other), shape [B] (that of the Gaussians)."""
+        return self.gaussian.kl(other.gaussian)

@@ -25,17 +25,19 @@ class DisjointPolicyValueNetwork(nn.Module):
 
     Args:
         observation_space, action_space, hidden_sizes, activation,
-            init_log_std, conv_layers: as for `ActorDistributionNetwork`.
+            init_log_std, conv_layers, squash: as for
+            `ActorDistributionNetwork`.
     """
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,
-                 conv_layers: Sequence = ()):
+                 conv_layers: Sequence = (), squash: bool = False):
         super().__init__()
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
-                                              init_log_std, conv_layers)
+                                              init_log_std, conv_layers,
+                                              squash)
         self.aux_value_head = orthogonal_init(
             nn.Linear(self.actor.encoder.output_size, 1), 1.0)
 

@@ -192,3 +192,66 @@ def test_conv_encoder_for_channels_last_images():
     assert not torch.allclose(net(x), net(x[..., [1, 0, 2]]))
     with pytest.raises(ValueError, match="conv_layers need"):
         ValueNetwork(gym.spaces.Box(0, 1, (7, )), conv_layers=((4, 3, 1), ))
+
+
+# ---- tanh-squashed Gaussian -----------------------------------------------
+def _torch_tanh_gaussian(mean, log_std, low, high):
+    """torch.distributions' reference: N, tanh, then the affine map."""
+    half = (high - low) / 2
+    return td.TransformedDistribution(
+        td.Independent(td.Normal(mean, log_std.exp()), 1),
+        [td.TanhTransform(), td.AffineTransform(low + half, half)])
+
+
+def test_tanh_gaussian_matches_torch_and_stays_inside_the_bounds():
+    from alf.networks.distributions import TanhGaussian
+    torch.manual_seed(0)
+    mean = torch.randn(64, 2) * 2
+    log_std = torch.tensor([-0.5, 0.3])
+    low, high = torch.tensor([-1.0, 0.0]), torch.tensor([1.0, 4.0])
+    mine = TanhGaussian(mean, log_std, low, high)
+    ref = _torch_tanh_gaussian(mean, log_std.expand_as(mean), low, high)
+    action = mine.sample()
+    assert ((action >= low) & (action <= high)).all()
+    torch.testing.assert_close(mine.log_prob(action), ref.log_prob(action),
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mine.mode(), low + (high - low) *
+                               (torch.tanh(mean) + 1) / 2)
+    # Rebuilt from its params (also after indexing rows, as a minibatch).
+    rows = torch.tensor([3, 7])
+    again = TanhGaussian(*[p[rows] for p in mine.params()])
+    torch.testing.assert_close(again.log_prob(action[rows]),
+                               mine.log_prob(action)[rows])
+    # KL is the Gaussians' (tanh is a bijection).
+    other = TanhGaussian(mean + 0.1, log_std - 0.2, low, high)
+    torch.testing.assert_close(mine.kl(other),
+                               DiagGaussian(mean, log_std).kl(
+                                   DiagGaussian(mean + 0.1, log_std - 0.2)))
+
+
+def test_tanh_gaussian_entropy_estimate_is_close_for_narrow_policies():
+    from alf.networks.distributions import TanhGaussian
+    torch.manual_seed(1)
+    mean = torch.randn(8, 2) * 0.5
+    dist = TanhGaussian(mean, torch.full((2, ), -2.0), -torch.ones(2),
+                        torch.ones(2))
+    samples = torch.stack([dist.sample() for _ in range(4000)])
+    monte_carlo = -torch.stack([dist.log_prob(s) for s in samples]).mean(0)
+    torch.testing.assert_close(dist.entropy(), monte_carlo, atol=0.05,
+                               rtol=0)
+
+
+def test_squashed_actor_acts_inside_bounds_and_refuses_infinite_ones():
+    import gymnasium as gym
+
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.utils.errors import ConfigError
+    space = gym.spaces.Box(-2.0, 2.0, (1, ))
+    actor = ActorDistributionNetwork(gym.spaces.Box(-1, 1, (3, )), space,
+                                     squash=True)
+    dist = actor(torch.randn(16, 3))
+    assert (dist.sample().abs() <= 2).all() and dist.mode().shape == (16, 1)
+    with pytest.raises(ConfigError, match="finite action bounds"):
+        ActorDistributionNetwork(gym.spaces.Box(-1, 1, (3, )),
+                                 gym.spaces.Box(-float("inf"), 0.0, (1, )),
+                                 squash=True)
