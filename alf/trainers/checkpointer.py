@@ -82,7 +82,7 @@ class Checkpointer:
         """``best.json``'s record (``env_steps``, ``metric``, ``value``,
         and ``path``), or None before any best checkpoint."""
         try:
-            with open(os.path.join(self.ckpt_dir, BEST_INFO)) as f:
+            with open(os.path.join(self.ckpt_dir, BEST_INFO), "r") as f:
                 info = json.load(f)
         except (OSError, ValueError):
             return None

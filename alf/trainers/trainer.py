@@ -107,6 +107,7 @@ class Trainer:
                                           cfg.max_checkpoints)
         self._episodes = EpisodeStats(cfg.num_envs, metrics)
         self._best = _check_best_metric(cfg.best_metric, metrics)
+        self._best_pending = None
         self._evaluator = self._held_out = None
         self._writers = {}
         if self.is_chief:
@@ -328,6 +329,7 @@ class Trainer:
                     distributed.check_weights_equal(self.algorithm)
                 if self.iteration % cfg.checkpoint_interval == 0 or final:
                     self._save_checkpoint()
+                self._save_best()
                 self._log_progress(final)
                 stop, checkpoint = self._requests()
                 if stop:
@@ -462,8 +464,9 @@ class Trainer:
         append_eval_csv(self.root_dir, self.env_steps, metrics, csv_name)
 
     def _keep_best(self, metrics: Dict[str, float]) -> None:
-        """Saves ``best.pt`` when this evaluation beats every earlier one
-        of the run (this process's and, resumed, the earlier ones')."""
+        """Marks this evaluation for ``best.pt`` (`_save_best`) when it
+        beats every earlier one of the run (this process's and, resumed,
+        the earlier ones')."""
         name = self.config.best_metric
         value = metrics.get(name, float("nan")) if name else float("nan")
         if math.isnan(value):
@@ -474,6 +477,14 @@ class Trainer:
                           else -math.inf)
         if value > self._best:
             self._best = value
+            self._best_pending = (name, value)
+
+    def _save_best(self) -> None:
+        """Writes the `_keep_best` found (after the iteration's regular
+        checkpoint: on a full disk, that is the write that reports)."""
+        if self._best_pending is not None:
+            name, value = self._best_pending
+            self._best_pending = None
             self._checkpointer.save_best(self._state(), self.env_steps,
                                          name, value)
 

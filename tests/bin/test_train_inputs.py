@@ -166,7 +166,8 @@ def test_disk_full_on_resume_leaves_older_checkpoint_untouched(tmp_path):
     res = _run_on_full_disk(tmp_path, root, 0,
                             TrainerConfig__num_env_steps="1024")
     assert_error_line(res, "ckpt-1024.pt", "the disk is full")
-    assert [p.name for p in (root / "ckpt").iterdir()] == ["ckpt-512.pt"]
+    assert sorted(p.name for p in (root / "ckpt").iterdir()) == [
+        "best.json", "best.pt", "ckpt-512.pt"]
     assert old.read_bytes() == before
 
 

@@ -379,7 +379,7 @@ def test_best_checkpoint_follows_the_best_evaluation_across_resumes(
     def trainer():
         t = Trainer(str(tmp_path), cfg)
         t._checkpointer = Checkpointer(str(tmp_path / "ckpt"), 1)
-        t._best = None
+        t._best, t._best_pending = None, None
         monkeypatch.setattr(t, "_state", lambda: {"at": t.env_steps})
         return t
 
@@ -387,6 +387,7 @@ def test_best_checkpoint_follows_the_best_evaluation_across_resumes(
     for steps, ret in [(100, 5.0), (200, 9.0), (300, 7.0)]:
         first.env_steps = steps
         first._keep_best({"average_return": ret})
+        first._save_best()
         first._checkpointer.save({"at": steps}, steps)
     best = first._checkpointer.best()
     assert (best["env_steps"], best["value"]) == (200, 9.0)
@@ -394,10 +395,13 @@ def test_best_checkpoint_follows_the_best_evaluation_across_resumes(
     resumed = trainer()
     resumed.env_steps = 400
     resumed._keep_best({"average_return": 8.0})  # below the earlier 9
+    resumed._save_best()
     assert resumed._checkpointer.best()["env_steps"] == 200
     resumed._keep_best({"average_return": float("nan")})
+    resumed._save_best()
     resumed.env_steps = 500
     resumed._keep_best({"average_return": 9.5})
+    resumed._save_best()
     assert resumed._checkpointer.best()["env_steps"] == 500
     assert sorted(os.listdir(tmp_path / "ckpt")) == [
         "best.json", "best.pt", "ckpt-300.pt"]
