@@ -1,6 +1,9 @@
 r"""Random and full-throttle policies on MetaDrive, measured like alf's
 evaluation (same suite settings, same evaluation seed, one episode per
-environment), for comparison with a trained policy's eval.csv.
+environment), for comparison with a trained policy's eval.csv and
+eval_held_out.csv: on the training scenarios and on the held-out ones of
+``ppg_metadrive.gin``'s split (MetaDrive's: training from seed 1000 up,
+test scenarios 0-199).
 
     python benchmarks/metadrive_baselines.py [--episodes 8] [--seed 0]
 """
@@ -39,20 +42,29 @@ def main():
     parser.add_argument("--seed", type=int, default=0,
                         help="the training run's TrainerConfig.seed")
     parser.add_argument("--traffic_density", type=float, default=0.1)
-    parser.add_argument("--num_scenarios", type=int, default=10)
+    parser.add_argument("--num_scenarios", type=int, default=10,
+                        help="training scenarios")
+    parser.add_argument("--start_seed", type=int, default=1000,
+                        help="the first training scenario")
+    parser.add_argument("--held_out_start_seed", type=int, default=0)
+    parser.add_argument("--held_out_scenarios", type=int, default=200)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    env = suite_metadrive.load(num_envs=args.episodes,
-                               traffic_density=args.traffic_density,
-                               num_scenarios=args.num_scenarios)
-    evaluator = Evaluator(env, seed=args.seed + _EVAL_SEED_OFFSET)
     print(f"{args.episodes} episodes each, traffic {args.traffic_density}, "
-          f"{args.num_scenarios} scenarios, horizon 1000")
-    for kind in ("random", "full_throttle"):
-        m = evaluator.evaluate(_FixedPolicy(kind))
-        print(f"{kind:14s} " + ", ".join(f"{k} {v:.3f}"
-                                         for k, v in sorted(m.items())))
-    evaluator.close()
+          "horizon 1000")
+    for split, start, count in (
+            ("train", args.start_seed, args.num_scenarios),
+            ("held-out", args.held_out_start_seed, args.held_out_scenarios)):
+        env = suite_metadrive.load(num_envs=args.episodes,
+                                   traffic_density=args.traffic_density,
+                                   num_scenarios=count, start_seed=start)
+        evaluator = Evaluator(env, seed=args.seed + _EVAL_SEED_OFFSET)
+        print(f"{split}: scenarios {start}-{start + count - 1}")
+        for kind in ("random", "full_throttle"):
+            m = evaluator.evaluate(_FixedPolicy(kind))
+            print(f"  {kind:14s} " + ", ".join(
+                f"{k} {v:.3f}" for k, v in sorted(m.items())))
+        evaluator.close()
 
 
 if __name__ == "__main__":
