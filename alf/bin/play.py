@@ -55,25 +55,24 @@ def checkpoint_path(root_dir: str, which: str) -> str:
     Raises:
         ConfigError: naming what exists instead.
     """
-    from alf.trainers.checkpointer import BEST, Checkpointer
+    from alf.trainers.checkpointer import Checkpointer
     ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
-    steps = [int(os.path.basename(p)[5:-3]) for p in ckpt._all()]
-    have = ", ".join(["latest"] + (["best"] if ckpt.best() else []) +
-                     [str(s) for s in steps])
+    saved, best = ckpt.saved(), ckpt.best()
+    have = ", ".join(["latest"] + (["best"] if best else []) +
+                     [str(s) for s in saved])
     if which == "latest":
         path = ckpt.latest()
     elif which == "best":
-        path = os.path.join(ckpt.ckpt_dir, BEST) if ckpt.best() else None
+        path = best["path"] if best else None
     elif which.isdigit():
-        path = os.path.join(ckpt.ckpt_dir, f"ckpt-{int(which)}.pt")
-        path = path if int(which) in steps else None
+        path = saved.get(int(which))
     else:
         raise ConfigError(f"--checkpoint={which!r}: use latest, best or a "
                           f"number of env steps ({have})")
     if path is None:
         raise ConfigError(f"--checkpoint={which}: no such checkpoint in "
                           f"{ckpt.ckpt_dir} (there: "
-                          f"{have if steps else 'none'})")
+                          f"{have if saved else 'none'})")
     return path
 
 

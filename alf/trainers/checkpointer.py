@@ -34,13 +34,18 @@ class Checkpointer:
         self.ckpt_dir = ckpt_dir
         self.max_to_keep = max_to_keep
 
-    def _all(self):
+    def saved(self) -> Dict[int, str]:
+        """The regular checkpoints, env steps -> path, oldest first
+        (``best.pt`` is not one of them)."""
         found = []
         for path in glob.glob(os.path.join(self.ckpt_dir, "ckpt-*.pt")):
             m = _NAME.match(os.path.basename(path))
             if m:
                 found.append((int(m.group(1)), path))
-        return [p for _, p in sorted(found)]
+        return dict(sorted(found))
+
+    def _all(self):
+        return list(self.saved().values())
 
     def latest(self) -> Optional[str]:
         """Path of the newest checkpoint, or None."""

@@ -42,6 +42,13 @@ from alf.utils.errors import ConfigError
 
 PREEMPT_RULES = ("throughput", "always")
 
+def check_rule(rule: str) -> None:
+    """Refuses an unknown ``TrainerConfig.preempt_rule`` (one line)."""
+    if rule not in PREEMPT_RULES:
+        raise ConfigError(f"TrainerConfig.preempt_rule={rule!r}; valid: "
+                          f"{', '.join(PREEMPT_RULES)}")
+
+
 #: How many old counters to keep before deleting them.
 _KEEP = 4
 
@@ -67,9 +74,7 @@ class Preemption:
                  min_fraction: float, unroll_length: int,
                  rule: str = "always", num_envs: int = 1,
                  poll_seconds: float = 0.001):
-        if rule not in PREEMPT_RULES:
-            raise ConfigError(f"TrainerConfig.preempt_rule={rule!r}; valid: "
-                              f"{', '.join(PREEMPT_RULES)}")
+        check_rule(rule)
         self._store, self._rank = store, rank
         self._rule, self._num_envs = rule, num_envs
         self._run_rate: Optional[float] = None

@@ -106,8 +106,10 @@ class Trainer:
         self._checkpointer = Checkpointer(os.path.join(self.root_dir, "ckpt"),
                                           cfg.max_checkpoints)
         self._episodes = EpisodeStats(cfg.num_envs, metrics)
-        self._best = _check_best_metric(cfg.best_metric, metrics)
-        self._best_pending = None
+        _check_best_metric(cfg.best_metric, metrics)
+        # The best value so far (None: read best.json when first needed),
+        # and a better evaluation whose best.pt is still to be written.
+        self._best = self._best_pending = None
         self._evaluator = self._held_out = None
         self._writers = {}
         if self.is_chief:
@@ -285,12 +287,13 @@ class Trainer:
         self._clock = (time.time(), self.env_steps)
         self._eval_seconds = 0.0
         self._learner_cpu = 0.0  # CPU seconds of train_iter, this rank
-        # Per rank [env steps, preempted iterations(, iterations)] with
-        # preemption: since the last summary, and since this process began.
+        # With preemption, per rank: [env steps, preempted iterations,
+        # iterations] since the last summary, and preempted iterations since
+        # this process began (for the console).
         self._rank_interval = torch.zeros(self.world_size, 3,
                                           dtype=torch.float64)
-        self._rank_total = torch.zeros(self.world_size, 2,
-                                       dtype=torch.float64)
+        self._preempted_total = torch.zeros(self.world_size,
+                                            dtype=torch.float64)
         self._iteration_at_start = self.iteration
         self._run_rate = None  # env steps/s, for the preemption's rule
         self._last_log = time.time()
@@ -359,7 +362,7 @@ class Trainer:
         rows = distributed.all_reduce_sum(rows)
         self._rank_interval[:, :2] += rows
         self._rank_interval[:, 2] += 1
-        self._rank_total += rows
+        self._preempted_total += rows[:, 1]
         return int(rows[:, 0].sum())
 
     def _track_run_rate(self, steps: int, seconds: float) -> None:
@@ -508,11 +511,10 @@ class Trainer:
         # also all learners' core time per global env step.
         local_steps = (self.env_steps - self._clock[1]) / self.world_size
         actors = self._collector.cpu_per_step()
-        iters = self._rank_total.new_tensor(
-            max(self.iteration - self._iteration_at_start, 1))
+        iters = max(self.iteration - self._iteration_at_start, 1)
         preempted = ", ".join(
-            f"rank{r} {p:.0%}" for r, p in
-            enumerate((self._rank_total[:, 1] / iters).tolist()))
+            f"rank{r} {p / iters:.0%}" for r, p in
+            enumerate(self._preempted_total.tolist()))
         logging.info(
             "iter %d | env steps %d/%d | %.0f steps/s | recent return "
             "%.2f | time left %s | learner %.3f ms CPU/step%s%s",
@@ -522,7 +524,7 @@ class Trainer:
             1000 * self._learner_cpu / max(local_steps, 1),
             "" if actors is None else
             " | actors %.3f ms CPU/step (env step %.3f)" % actors,
-            f" | preempted {preempted}" if self._rank_total.any() else "")
+            "" if self._preemption is None else f" | preempted {preempted}")
 
     def _close(self) -> None:
         for w in getattr(self, "_writers", {}).values():
@@ -535,8 +537,7 @@ class Trainer:
 
 
 def _check_best_metric(name: Optional[str], episode_metrics) -> None:
-    """Refuses a ``best_metric`` that evaluations do not report; returns
-    the best value known yet (None: read from ``best.json`` when needed)."""
+    """Refuses a ``best_metric`` that evaluations do not report."""
     valid = ("average_return", "average_episode_length",
              *episode_metrics)
     if name is not None and name not in valid:

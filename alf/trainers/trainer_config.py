@@ -7,7 +7,7 @@ import torch
 
 from alf.environments import suite_gym
 from alf.trainers.collector import UNROLL_MODES
-from alf.trainers.preemption import PREEMPT_RULES
+from alf.trainers import preemption
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
 
@@ -202,10 +202,7 @@ class TrainerConfig:
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   "be a fraction in (0, 1]")
-        if self.preempt_rule not in PREEMPT_RULES:
-            raise ConfigError(f"TrainerConfig.preempt_rule="
-                              f"{self.preempt_rule!r}; valid: "
-                              f"{', '.join(PREEMPT_RULES)}")
+        preemption.check_rule(self.preempt_rule)
         _parse_device(self.device)
 
     def resolve_device(self, group: Optional[str] = None) -> torch.device:
