@@ -5,6 +5,7 @@ import os
 import pytest
 import torch
 
+from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.evaluator import read_eval_csv
 from test_train_distributed import _cmd, _run
 
@@ -28,11 +29,9 @@ def _scalars(root, tag):
 
 
 def _last_checkpoint_steps(root):
-    names = os.listdir(os.path.join(root, "ckpt"))
-    steps = max(int(n[len("ckpt-"):-len(".pt")]) for n in names
-                if n.startswith("ckpt-") and n.endswith(".pt"))
-    state = torch.load(os.path.join(root, "ckpt", f"ckpt-{steps}.pt"),
-                       weights_only=True)
+    steps, path = list(Checkpointer(os.path.join(root, "ckpt"))
+                       .saved().items())[-1]
+    state = torch.load(path, weights_only=True)
     assert state["counters"]["env_steps"] == steps
     return steps, state["counters"]["iteration"]
 
