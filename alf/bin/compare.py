@@ -306,13 +306,12 @@ def final_return(values: Sequence[float], last: int = 3) -> float:
 def welch_pvalue(a: Sequence[float], b: Sequence[float]
                  ) -> Tuple[Optional[float], str]:
     """Two-sided p-value of Welch's t-test: ``(p, "")``, or ``(None, why)``
-    when scipy (optional) is missing or the samples cannot be tested."""
+    when the samples cannot be tested (fewer than 2 seeds, no spread)."""
     if len(a) < 2 or len(b) < 2:
         return None, "needs 2 seeds or more per mode"
-    try:
-        from scipy import stats
-    except ImportError:
-        return None, "scipy is not installed"
+    # A dependency of alf, never optional: the verdict must not depend on
+    # what else is installed.
+    from scipy import stats
     with warnings.catch_warnings():  # near-identical samples warn; p is NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
