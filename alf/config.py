@@ -10,7 +10,7 @@ from typing import Iterable, List, Optional
 
 import gin
 
-from alf.utils.errors import ConfigError
+from alf.utils.errors import ConfigError, one_line
 
 __all__ = ["configurable", "find_gin_file", "parse_config", "examples_dir"]
 
@@ -40,13 +40,6 @@ def find_gin_file(name: str) -> str:
             return os.path.abspath(path)
     where = ", ".join(dict.fromkeys(os.path.abspath(c) for c in candidates))
     raise ConfigError(f"gin file {name!r} not found; looked in: {where}")
-
-
-def _one_line(err: Exception) -> str:
-    # gin appends "In file ..., line ..." context on later lines; keep the
-    # first line (the actual complaint) and the location if present.
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return " ".join(lines[:3]) if lines else type(err).__name__
 
 
 def parse_config(gin_files: Iterable[str],
@@ -80,7 +73,7 @@ def parse_config(gin_files: Iterable[str],
         gin.parse_config_files_and_bindings(
             paths, list(gin_params or []), finalize_config=False)
     except ImportError as e:  # `import no_such_module` in a file or binding
-        raise ConfigError(f"bad gin configuration: {_one_line(e)}; a gin "
+        raise ConfigError(f"bad gin configuration: {one_line(e)}; a gin "
                           "`import` must name an installed Python "
                           "module") from e
     except OSError as e:  # an `include` gin cannot find
@@ -89,7 +82,7 @@ def parse_config(gin_files: Iterable[str],
         raise ConfigError(_syntax_error(e, list(gin_params or []),
                                         paths)) from e
     except (ValueError, KeyError, NameError, TypeError) as e:
-        raise ConfigError(f"bad gin configuration: {_one_line(e)}"
+        raise ConfigError(f"bad gin configuration: {one_line(e)}"
                           f"{_parameter_hint(e)}") from e
     except tokenize.TokenError as e:
         # gin's tokenizer gives no location: find the binding it choked on.
@@ -142,14 +135,14 @@ def _syntax_error(err: SyntaxError, gin_params: List[str],
         text = f": {err.text.strip()}" if (err.text or "").strip() else ""
         return (f"bad gin configuration: {msg} in {where}, line "
                 f"{err.lineno}{text}")
-    return f"bad gin configuration: {_one_line(err)}"
+    return f"bad gin configuration: {one_line(err)}"
 
 
 def _include_error(err: OSError, search: List[str]) -> str:
     text = str(err)
     m = re.match(r"Unable to open file: (.*?)\. Searched", text)
     if not m:
-        return f"bad gin configuration: {_one_line(err)}"
+        return f"bad gin configuration: {one_line(err)}"
     where = [ln.strip() for ln in text.splitlines()[1:2]]
     looked = ", ".join(dict.fromkeys([os.getcwd()] + search))
     return (f"bad gin configuration: include {m.group(1)!r} not found"

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from alf.data_structures import AlgStep, LossInfo
-from alf.utils.errors import ConfigError
+from alf.utils.errors import CheckpointError, ConfigError
 
 
 def check_learning_rate(owner: str, value) -> None:
@@ -126,8 +126,9 @@ class Algorithm(nn.Module):
     def load_optimizer_state_dict(self, states: List[Dict]) -> None:
         """Restores what `optimizer_state_dict` returned."""
         if len(states) != len(self._optimizers):
-            raise ValueError(f"checkpoint has {len(states)} optimizer states; "
-                             f"this algorithm has {len(self._optimizers)}")
+            raise CheckpointError(
+                f"checkpoint has {len(states)} optimizer states; "
+                f"this algorithm has {len(self._optimizers)}")
         for opt, state in zip(self._optimizers, states):
             opt.load_state_dict(state)
 

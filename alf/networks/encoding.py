@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alf.utils.errors import ConfigError
+
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu,
                 "silu": F.silu, "gelu": F.gelu}
 
@@ -15,7 +17,7 @@ _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu,
 def get_activation(name: str):
     """Returns the activation function called ``name``."""
     if name not in _ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; valid: "
+        raise ConfigError(f"unknown activation {name!r}; valid: "
                          f"{sorted(_ACTIVATIONS)}")
     return _ACTIVATIONS[name]
 
@@ -31,9 +33,9 @@ INITS = ("orthogonal", "torch")
 
 
 def check_init(init: str) -> None:
-    """Raises ValueError naming the valid choices for an unknown ``init``."""
+    """Raises ConfigError naming the valid choices for an unknown ``init``."""
     if init not in INITS:
-        raise ValueError(f"unknown init {init!r}; valid: {INITS}")
+        raise ConfigError(f"unknown init {init!r}; valid: {INITS}")
 
 
 def init_layer(layer: nn.Module, gain: float, init: str) -> nn.Module:
@@ -103,8 +105,8 @@ class EncodingNetwork(nn.Module):
         self.conv = None
         if conv_layers:
             if len(input_shape) != 3:
-                raise ValueError(f"conv_layers need (H, W, C) inputs; got "
-                                 f"shape {input_shape}")
+                raise ConfigError(f"conv_layers need (H, W, C) inputs; got "
+                                  f"shape {input_shape}")
             convs, channels = [], input_shape[2]
             for out, kernel, stride in conv_layers:
                 convs += [init_layer(nn.Conv2d(channels, out, kernel, stride),

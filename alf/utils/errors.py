@@ -22,10 +22,18 @@ class TrainingError(AlfError):
 
 
 def one_line(error: BaseException) -> str:
-    """The first line of an error's message.
+    """An error's message on one line: its first line, plus where gin says a
+    binding is.
 
-    gin appends "In call to configurable ..." on a second line to errors
-    raised inside configurables; users need only the first.
+    gin appends context on later lines. "In file x.gin, line 3" (or "In
+    bindings string line 1") and the binding's text tell the user what to
+    fix, so they are kept; "In call to configurable ..." repeats what the
+    first line says and is dropped, as is anything else after the first line.
     """
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    if not lines:
+        return type(error).__name__
+    if len(lines) > 1 and lines[1].startswith(("In file",
+                                               "In bindings string")):
+        return " ".join(lines[:3])
+    return lines[0]

@@ -7,6 +7,7 @@ from torch import nn
 
 from alf.algorithms.algorithm import Algorithm, clip_grad_norm
 from alf.data_structures import LossInfo
+from alf.utils.errors import CheckpointError
 
 
 def _gen(seed):
@@ -157,9 +158,9 @@ def test_load_optimizer_state_dict_length_mismatch():
     """A checkpoint with a different number of optimizers is rejected."""
     alg = TwoNets()
     states = alg.optimizer_state_dict()
-    with pytest.raises(ValueError, match="1 optimizer states.*has 2"):
+    with pytest.raises(CheckpointError, match="1 optimizer states.*has 2"):
         alg.load_optimizer_state_dict(states[:1])
-    with pytest.raises(ValueError, match="3 optimizer states"):
+    with pytest.raises(CheckpointError, match="3 optimizer states"):
         alg.load_optimizer_state_dict(states + states[:1])
 
 

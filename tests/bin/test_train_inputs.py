@@ -200,3 +200,16 @@ def test_mini_batch_larger_than_the_batch_with_2_processes(tmp_path):
     assert_one_line_error(res, "TrainerConfig.mini_batch_size=4096",
                           "per process, 2048 of 16", "use at most 32")
     assert not root.exists()  # refused before any process was started
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("gin_file,param,value,needles", [
+    ("ppo_cart_pole.gin", "ActorDistributionNetwork.activation", "'foo'",
+     ("unknown activation 'foo'", "'relu'")),
+    ("dqn_cart_pole.gin", "QNetwork.init", "'xavier'",
+     ("unknown init 'xavier'", "'orthogonal'"))])
+def test_bad_network_choice_is_one_line(tmp_path, gin_file, param, value,
+                                        needles):
+    # Raised inside the networks while the algorithm is built: a
+    # ConfigError, so the CLI prints one line and not a traceback.
+    _refused(tmp_path, gin_file, {param: value}, *needles)

@@ -4,6 +4,7 @@ import torch
 from torch import distributions as td
 
 from alf.networks.distributions import Categorical, DiagGaussian
+from alf.utils.errors import ConfigError
 
 
 def _gen(seed=0):
@@ -190,7 +191,7 @@ def test_conv_encoder_for_channels_last_images():
     assert net(x).shape == (5, )
     # Channels are channels: swapping two channels changes the output.
     assert not torch.allclose(net(x), net(x[..., [1, 0, 2]]))
-    with pytest.raises(ValueError, match="conv_layers need"):
+    with pytest.raises(ConfigError, match="conv_layers need"):
         ValueNetwork(gym.spaces.Box(0, 1, (7, )), conv_layers=((4, 3, 1), ))
 
 

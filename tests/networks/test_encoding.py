@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from alf.networks.encoding import EncodingNetwork
+from alf.utils.errors import ConfigError
 from alf.networks.q_network import QNetwork
 
 
@@ -31,5 +32,5 @@ def test_torch_init_is_pytorchs_default():
     lambda: QNetwork(gym.spaces.Box(-1, 1, (8, )), gym.spaces.Discrete(3),
                      init="xavier")])
 def test_unknown_init_names_the_valid_ones(ctor):
-    with pytest.raises(ValueError, match="'xavier'.*orthogonal.*torch"):
+    with pytest.raises(ConfigError, match="'xavier'.*orthogonal.*torch"):
         ctor()
