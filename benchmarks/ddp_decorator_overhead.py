@@ -244,7 +244,7 @@ def main():
         print(f"call-order check: {statistics.median(chk) * 100:+.1f}% of a "
               f"decorated step (paired median; mins: "
               f"{(1 - min(t['dec-nochk']) / min(t['dec'])) * 100:+.1f}%); "
-              f"README bar: < 2%")
+              f"goal < 2% for small networks")
         comm = 1 - ratio("local", "hand")[0]
         print(f"communication share of a hand-written DDP step: "
               f"{comm * 100:.0f}% (local step, median {med['local']:.3f} ms, "

@@ -1,7 +1,8 @@
 """Running a training function in N processes and supervising them.
 
 Used by ``alf.bin.train --distributed multi-process|multi-gpu`` and by the
-comparison tool. The launcher owns the exits (contract rules 10 and 13):
+comparison tool. The launcher owns the exits (the design's clean-exit and
+dead-rank rules: README, "Distributed training"):
 
 * Ctrl-C, SIGTERM, SIGHUP (to the launcher or to the whole process group):
   every rank is asked to stop after its iteration; rank 0 saves a
