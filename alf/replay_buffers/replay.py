@@ -17,8 +17,16 @@ new subclass, not an edit of the algorithm:
 * `update_priorities`: priorities from the loss (ignored by default);
 * `beta`: the importance-weight exponent (None: no weights).
 
-Checkpoints hold what the storage module holds: a strategy keeps any state
-that must survive a restart in buffers of the module `make_buffer` returns.
+In distributed training every rank calls `sample` once per update, in the
+same order (the lockstep rule of DESIGN.md): a strategy that needs a
+collective (`PrioritizedGlobalReplay`'s all-reduce) issues it there, and
+one that gives ranks different numbers of items sets ``loss_scale`` so
+that DDP's averaged gradient is still the intended mean.
+
+A checkpoint holds the strategy's storage module (the algorithm's
+``replay_buffer``); the strategy object itself is rebuilt from the config,
+so state that must survive a restart belongs in buffers of the module
+`make_buffer` returns.
 
 In gin, for example::
 
@@ -39,7 +47,8 @@ class Replay(abc.ABC):
     """How experience is stored and drawn (one rank's share).
 
     Subclasses implement `sample` and, where they need more than a plain
-    `ReplayBuffer` (a sum tree, say), `make_buffer` and `storage_bytes`.
+    `ReplayBuffer` (a sum tree, say), `make_buffer` and `storage_bytes`;
+    their ``__init__`` takes only their options (nothing to pass up).
 
     Sizes are per rank: ``capacity`` time steps of ``num_streams``
     environments, and `sample`'s ``mini_batch_size`` is this rank's share
