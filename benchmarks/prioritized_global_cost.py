@@ -2,9 +2,11 @@ r"""What global prioritized replay costs: sampling time on 2 gloo ranks, and
 the load imbalance of its per-rank split at larger scales.
 
 1. Measured, 2 real gloo processes on this machine (one torch thread each):
-   the median time of one minibatch draw for ``uniform`` (per rank),
-   ``prioritized`` (per rank) and ``prioritized_global`` (union of the
-   ranks' buffers: one all-reduce of 3 x world_size float64 per draw).
+   the median time of one minibatch draw (`Replay.sample`, as off-policy
+   training draws it) for ``UniformReplay`` (per rank),
+   ``PrioritizedReplay`` (per rank) and ``PrioritizedGlobalReplay`` (union
+   of the ranks' buffers: one all-reduce of 3 x world_size float64 per
+   draw).
 2. Computed: a global minibatch of B splits among N ranks multinomially, so
    ranks draw different numbers of items and DDP waits for the busiest
    one. With equal total priorities, the expected largest share over the
@@ -23,14 +25,14 @@ import torch.distributed as dist
 from alf.data_structures import Experience
 from runs import two_gloo_ranks
 
-MODES = ("uniform", "prioritized", "prioritized_global")
+MODES = ("UniformReplay", "PrioritizedReplay", "PrioritizedGlobalReplay")
 
 
-def _fill(buffer, steps: int, envs: int) -> None:
+def _fill(replay, steps: int, envs: int) -> None:
     g = torch.Generator().manual_seed(0)
     for _ in range(steps):
         obs = torch.randn(envs, 4, generator=g)
-        buffer.add_batch(Experience(obs, torch.zeros(envs, dtype=torch.long),
+        replay.add_batch(Experience(obs, torch.zeros(envs, dtype=torch.long),
                                     torch.zeros(envs),
                                     torch.zeros(envs, dtype=torch.bool),
                                     torch.zeros(envs, dtype=torch.bool), obs))
@@ -39,7 +41,7 @@ def _fill(buffer, steps: int, envs: int) -> None:
 def _rank(rank, init_file, args, out):
     capacity, batch, repeats = args
     world = 2
-    from alf.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
+    from alf import replay_buffers
     from alf.utils import distributed
     torch.set_num_threads(1)
     envs = 8
@@ -48,15 +50,12 @@ def _rank(rank, init_file, args, out):
         result = {}
         for mode in MODES:
             torch.manual_seed(1)  # equal split generators on both ranks
-            if mode == "uniform":
-                rb = ReplayBuffer(steps, envs)
-                draw = lambda: rb.get_batch(batch // world)  # noqa: E731
-            else:
-                rb = PrioritizedReplayBuffer(
-                    steps, envs, global_sampling=mode == "prioritized_global")
-                n = batch if mode == "prioritized_global" else batch // world
-                draw = lambda: rb.sample(n)  # noqa: E731
-            _fill(rb, steps, envs)
+            replay = getattr(replay_buffers, mode)()
+            replay.build(steps, envs)
+            _fill(replay, steps, envs)
+            # Each rank's share; the global strategy draws the whole
+            # minibatch over the ranks.
+            draw = lambda: replay.sample(batch // world)  # noqa: E731
             times = []
             for i in range(repeats + 10):
                 dist.barrier()  # time draws, not arrival skew
@@ -96,8 +95,8 @@ def main():
           f"per rank, global minibatch {args.batch} (median ms, rank 0):")
     ms = measure(args.capacity, args.batch, args.repeats)
     for mode in MODES:
-        print(f"   {mode:20s} {ms[mode]:7.3f} ms  "
-              f"({ms[mode] / ms['uniform']:.1f}x uniform)")
+        print(f"   {mode:24s} {ms[mode]:7.3f} ms  "
+              f"({ms[mode] / ms['UniformReplay']:.1f}x uniform)")
     print("\n2. busiest rank's share / even share (computed, equal totals):")
     batches = (256, 1024, 4096)
     print("   ranks " + "".join(f"{'B=' + str(b):>9s}" for b in batches))

@@ -2,7 +2,7 @@
 2016), a target network updated by periodic copy or Polyak averaging, and
 epsilon-greedy collection with a linear schedule."""
 import copy
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import gin
 import gymnasium as gym
@@ -14,6 +14,7 @@ from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
                                                  polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.q_network import QNetwork
+from alf.replay_buffers import Replay
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
 from alf.utils.optim import Adam
@@ -42,7 +43,10 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         exploration_fraction: see above.
         epsilon_eval: epsilon of `predict_step` (0: greedy).
         max_grad_norm: global gradient-norm clip (None: off).
-        replay, priority_alpha, priority_beta: see `OffPolicyAlgorithm`.
+        replay: the replay strategy, e.g. ``@PrioritizedReplay()`` in gin
+            (None: `UniformReplay`); see `OffPolicyAlgorithm`.
+        priority_alpha, priority_beta: deprecated; see
+            `OffPolicyAlgorithm`.
     """
 
     def __init__(self, observation_space, action_space, config,
@@ -55,8 +59,9 @@ class DQNAlgorithm(OffPolicyAlgorithm):
                  exploration_fraction: float = 0.1,
                  epsilon_eval: float = 0.0,
                  max_grad_norm: Optional[float] = 10.0,
-                 replay: str = "uniform", priority_alpha: float = 0.6,
-                 priority_beta: float = 0.4):
+                 replay: Union[Replay, str, None] = None,
+                 priority_alpha: Optional[float] = None,
+                 priority_beta: Optional[float] = None):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(
                 f"DQNAlgorithm needs a Discrete action space; "

@@ -9,17 +9,13 @@ after the initial collection), `predict_step` and `minibatch_loss`
 `after_update`, which runs after the synchronised optimizer step on every
 rank, so that target networks stay equal across ranks.
 
-Replay modes (``replay``):
-
-* ``uniform`` (default): each rank samples its own buffer uniformly, its
-  per-rank share of ``mini_batch_size``;
-* ``prioritized``: proportional prioritized replay, each rank on its own;
-* ``prioritized_global``: prioritized replay with global semantics, the
-  global ``mini_batch_size`` drawn from the union of all ranks' buffers
-  (`PrioritizedReplayBuffer`).
+How minibatches are drawn is the ``replay`` strategy's business (an
+`alf.replay_buffers.Replay`, e.g. ``replay = @PrioritizedReplay()`` in gin):
+it owns the buffer, draws minibatches and takes the priorities the loss
+returns. `UniformReplay` is the default.
 """
 import os
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -28,14 +24,10 @@ import torch
 from alf import nest
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
-from alf.replay_buffers import PrioritizedReplayBuffer, ReplayBuffer
-from alf.replay_buffers.prioritized import PrioritizedBatch
-from alf.replay_buffers.sum_tree import SumTree
+from alf.replay_buffers import Replay, as_replay
 from alf.utils import distributed
 from alf.utils.errors import ConfigError, TrainingError
 from alf.utils.memory import check_allocation
-
-REPLAY_MODES = ("uniform", "prioritized", "prioritized_global")
 
 
 class OffPolicyAlgorithm(RLAlgorithm):
@@ -45,10 +37,12 @@ class OffPolicyAlgorithm(RLAlgorithm):
         observation_space, action_space, config: see `RLAlgorithm`; uses
             ``config.replay_buffer_capacity``, ``initial_collect_steps``,
             ``mini_batch_size`` and ``num_updates_per_train_iter``.
-        replay: ``uniform``, ``prioritized`` or ``prioritized_global``.
-        priority_alpha: prioritisation exponent.
-        priority_beta: importance-weight exponent at the start; it grows
-            linearly to 1 over training.
+        replay: the replay strategy (None: `UniformReplay`); each
+            algorithm needs its own object. The former strings
+            (``"uniform"``, ``"prioritized"``, ``"prioritized_global"``)
+            still work, with a deprecation warning (`as_replay`).
+        priority_alpha, priority_beta: deprecated: only read with a replay
+            string; the prioritized strategies' ``alpha`` and ``beta``.
         max_grad_norm: clip the global gradient norm (None: no clipping).
     """
 
@@ -59,12 +53,12 @@ class OffPolicyAlgorithm(RLAlgorithm):
     preemptible_unroll_modes = ("sync", )
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
-                 config, replay: str = "uniform",
-                 priority_alpha: float = 0.6, priority_beta: float = 0.4,
+                 config, replay: Union[Replay, str, None] = None,
+                 priority_alpha: Optional[float] = None,
+                 priority_beta: Optional[float] = None,
                  max_grad_norm=None):
         super().__init__(observation_space, action_space, config)
-        if replay not in REPLAY_MODES:
-            raise ConfigError(f"replay={replay!r}; valid: {REPLAY_MODES}")
+        replay = as_replay(replay, priority_alpha, priority_beta)
         steps = config.replay_buffer_capacity // config.num_envs
         if steps < config.unroll_length:
             raise ConfigError(
@@ -83,14 +77,10 @@ class OffPolicyAlgorithm(RLAlgorithm):
                     f"transitions); raise replay_buffer_capacity or lower "
                     f"{name}")
         self._check_replay_memory(config, steps, replay)
-        self._replay = replay
-        if replay == "uniform":
-            self.replay_buffer = ReplayBuffer(steps, config.num_envs)
-        else:
-            self.replay_buffer = PrioritizedReplayBuffer(
-                steps, config.num_envs, alpha=priority_alpha,
-                global_sampling=replay == "prioritized_global")
-        self._beta0 = priority_beta
+        self.replay = replay
+        # Registered under the name it always had: checkpoint keys and
+        # `_acting_modules` (which leaves replay buffers out) see no change.
+        self.replay_buffer = replay.build(steps, config.num_envs)
         self._max_grad_norm = max_grad_norm
         self._initial_collect = config.initial_collect_steps
         self._mini_batch_size = config.mini_batch_size
@@ -98,7 +88,8 @@ class OffPolicyAlgorithm(RLAlgorithm):
         self._progress = 0.0
         self._num_stored = 0  # transitions stored (see rollout_step)
 
-    def _check_replay_memory(self, config, steps: int, replay: str) -> None:
+    def _check_replay_memory(self, config, steps: int,
+                             replay: Replay) -> None:
         """Refuses a replay capacity the machine has no memory for, before
         anything is allocated (and before the trainer writes any file).
 
@@ -106,11 +97,8 @@ class OffPolicyAlgorithm(RLAlgorithm):
         transition like those the collector stores, built from the spaces.
         Every process on this machine keeps its own buffer.
         """
-        buffer = ReplayBuffer(steps, config.num_envs)
-        nbytes = buffer.storage_bytes(self.example_experience(
-            config.num_envs))
-        if replay != "uniform":
-            nbytes += SumTree.storage_bytes(steps * config.num_envs)
+        nbytes = replay.storage_bytes(
+            steps, config.num_envs, self.example_experience(config.num_envs))
         per_item = nbytes / (steps * config.num_envs)
         world = distributed.get_world_size()
         check_allocation(
@@ -159,13 +147,13 @@ class OffPolicyAlgorithm(RLAlgorithm):
 
     # ---- training ---------------------------------------------------------
     def store(self, exp: Experience) -> None:
-        self.replay_buffer.add_batch(exp)
+        self.replay.add_batch(exp)
         self._num_stored += exp.reward.shape[0]
 
     def ready(self) -> bool:
         """Whether training has started (equal on every rank)."""
         needed = max(self._initial_collect, self._mini_batch_size, 1)
-        return len(self.replay_buffer) >= needed
+        return self.replay.ready(needed)
 
     def _ready_everywhere(self) -> bool:
         """`ready`, agreed by every rank: with straggler preemption ranks
@@ -184,14 +172,13 @@ class OffPolicyAlgorithm(RLAlgorithm):
             return {}
         names, stats = None, []
         for _ in range(self._num_updates):
-            sample = self._sample(progress)
+            sample = self.replay.sample(self._mini_batch_size, progress)
             loss_info = self.minibatch_loss(sample.batch, sample.weights,
                                             sample.loss_scale)
             grad_norm = self.update_with_gradient(loss_info,
                                                   self._max_grad_norm)
-            if self._replay != "uniform":
-                self.replay_buffer.update_priorities(sample.indices,
-                                                     loss_info.priority)
+            self.replay.update_priorities(sample.indices,
+                                          loss_info.priority)
             self.after_update()
             names = names or ["loss", *loss_info.extra, "grad_norm"]
             stats.append(torch.stack([loss_info.loss.detach(),
@@ -201,24 +188,13 @@ class OffPolicyAlgorithm(RLAlgorithm):
             raise TrainingError(f"non-finite {type(self).__name__} loss")
         return dict(zip(names, means.unbind(0)))
 
-    def _sample(self, progress: float) -> PrioritizedBatch:
-        rb = self.replay_buffer
-        if self._replay == "uniform":
-            n = self._mini_batch_size
-            return PrioritizedBatch(rb.get_batch(n), None, None, 1.0 / n)
-        beta = self._beta0 + (1.0 - self._beta0) * progress
-        n = self._mini_batch_size
-        if self._replay == "prioritized_global":
-            n *= distributed.get_world_size()  # the global minibatch
-        return rb.sample(n, beta=beta)
-
     def minibatch_loss(self, batch: Experience,
                        weights: Optional[torch.Tensor],
                        loss_scale: float) -> LossInfo:
         """The loss of one minibatch, ``loss_scale * sum(weights * l_i)``
-        over its items (`weighted_sum`; ``weights`` is None for uniform
-        replay, i.e. all 1), with ``priority`` (e.g. |TD error|) per item
-        for prioritized replay. Subclasses decorate it with
+        over its items (`weighted_sum`; ``weights`` of None are all 1),
+        with ``priority`` (e.g. |TD error|) per item for
+        `Replay.update_priorities`. Subclasses decorate it with
         `distributed.data_distributed`."""
         raise NotImplementedError
 
@@ -240,7 +216,7 @@ def space_zeros(space: gym.Space, n: int):
 def weighted_sum(per_item: torch.Tensor, weights: Optional[torch.Tensor],
                  loss_scale: float) -> torch.Tensor:
     """``loss_scale * sum(weights * per_item)``; None weights are all 1
-    (uniform replay: no multiply)."""
+    (no multiply)."""
     if weights is not None:
         per_item = weights * per_item
     return per_item.sum() * loss_scale

@@ -3,7 +3,7 @@ tanh-squashed Gaussian actor, twin critics with Polyak-averaged targets and
 automatic entropy tuning."""
 import copy
 import math
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import gin
 import gymnasium as gym
@@ -17,6 +17,7 @@ from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
 from alf.networks.q_network import CriticEnsemble
+from alf.replay_buffers import Replay
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
 from alf.utils.optim import Adam
@@ -85,8 +86,11 @@ class SACAlgorithm(OffPolicyAlgorithm):
         tau: Polyak coefficient of the target critics per update.
         initial_alpha: initial entropy temperature.
         target_entropy: entropy target (default ``-action_dim``).
-        replay, priority_alpha, priority_beta, max_grad_norm: see
+        replay: the replay strategy, e.g. ``@PrioritizedGlobalReplay()`` in
+            gin (None: `UniformReplay`); see `OffPolicyAlgorithm`.
+        priority_alpha, priority_beta: deprecated; see
             `OffPolicyAlgorithm`.
+        max_grad_norm: see `OffPolicyAlgorithm`.
     """
 
     def __init__(self, observation_space, action_space, config,
@@ -95,8 +99,9 @@ class SACAlgorithm(OffPolicyAlgorithm):
                  learning_rate: float = 3e-4, gamma: float = 0.99,
                  tau: float = 0.005, initial_alpha: float = 1.0,
                  target_entropy: Optional[float] = None,
-                 replay: str = "uniform", priority_alpha: float = 0.6,
-                 priority_beta: float = 0.4,
+                 replay: Union[Replay, str, None] = None,
+                 priority_alpha: Optional[float] = None,
+                 priority_beta: Optional[float] = None,
                  max_grad_norm: Optional[float] = None):
         if not (isinstance(action_space, gym.spaces.Box)
                 and action_space.is_bounded()):

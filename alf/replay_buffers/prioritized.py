@@ -20,22 +20,13 @@ fewer than ``B / N`` items (even none), so the loss is
 of the ranks' gradients is then the single buffer's ``mean(w_i * l_i)``
 gradient.
 """
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 
-from alf.replay_buffers.replay_buffer import ReplayBuffer
+from alf.replay_buffers.replay_buffer import ReplayBuffer, ReplaySample
 from alf.replay_buffers.sum_tree import SumTree
 from alf.utils import distributed
-
-
-class PrioritizedBatch(NamedTuple):
-    """What `PrioritizedReplayBuffer.sample` returns."""
-
-    batch: object  # a nest of [n, ...]; n may differ across ranks
-    indices: torch.Tensor  # [n] item ids for `update_priorities`
-    weights: torch.Tensor  # [n] importance weights (float32)
-    loss_scale: float  # loss = loss_scale * sum(weights * per-item loss)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -113,7 +104,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int, beta: float = 0.4,
                generator: Optional[torch.Generator] = None
-               ) -> PrioritizedBatch:
+               ) -> ReplaySample:
         """Draws a minibatch with replacement.
 
         Args:
@@ -159,6 +150,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # w_i / max w = (p_i / p_min)^-beta: N and T cancel in the ratio.
         weights = (priorities / p_min).pow(-beta).float()
         batch = self.gather(indices)
-        return PrioritizedBatch(batch, indices,
-                                weights.to(self._storage()[0].device),
-                                world / batch_size)
+        return ReplaySample(batch, indices,
+                            weights.to(self._storage()[0].device),
+                            world / batch_size)

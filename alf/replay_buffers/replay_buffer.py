@@ -6,7 +6,7 @@ follow ``.to(device)`` and, optionally, checkpoints; it is also exactly what
 distributed training must keep out of DDP's buffer broadcast (each rank holds
 its own experience).
 """
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -14,6 +14,27 @@ from torch import nn
 from alf import nest
 from alf.utils import distributed
 from alf.utils.memory import check_allocation
+
+
+class ReplaySample(NamedTuple):
+    """A sampled minibatch: what every replay strategy's ``sample`` returns.
+
+    The loss of the minibatch is ``loss_scale * sum(weights * l_i)`` over its
+    items (``alf.algorithms.off_policy_algorithm.weighted_sum``).
+    """
+
+    batch: Any  # a nest of [n, ...]; n may differ across ranks
+    indices: Optional[torch.Tensor]  # [n] item ids, for update_priorities
+    # [n] importance weights (float32); None means all 1 (uniform replay),
+    # so that the loss skips a multiply by ones.
+    weights: Optional[torch.Tensor]
+    loss_scale: float
+
+
+def step_bytes(batch) -> int:
+    """Bytes of one stored time step like ``batch`` (a nest of [B, ...])."""
+    return sum(leaf.numel() * leaf.element_size()
+               for leaf in nest.flatten(batch))
 
 
 class ReplayBuffer(nn.Module):
@@ -52,8 +73,7 @@ class ReplayBuffer(nn.Module):
     def storage_bytes(self, batch) -> int:
         """Bytes of the storage for time steps like ``batch`` (a nest of
         [B, ...]): what the first `add_batch` of it allocates."""
-        return self.capacity * sum(leaf.numel() * leaf.element_size()
-                                   for leaf in nest.flatten(batch))
+        return self.capacity * step_bytes(batch)
 
     def _build(self, batch) -> None:
         leaves = nest.flatten(batch)
@@ -89,6 +109,12 @@ class ReplayBuffer(nn.Module):
 
     def _storage(self):
         return [getattr(self, n) for n in self._leaf_names]
+
+    @property
+    def num_added(self) -> int:
+        """Number of `add_batch` calls since the last `clear`: the time step
+        last added is in slot ``(num_added - 1) % capacity``."""
+        return self._added
 
     @property
     def num_steps(self) -> int:
@@ -132,9 +158,15 @@ class ReplayBuffer(nn.Module):
         Returns:
             A nest of [batch_size, ...].
         """
+        return self.gather(self.uniform_indices(batch_size, generator))
+
+    def uniform_indices(self, n: int,
+                        generator: Optional[torch.Generator] = None
+                        ) -> torch.Tensor:
+        """``n`` item ids drawn uniformly with replacement from those
+        stored (see `gather` for the numbering)."""
         self._check_nonempty(1)
-        return self.gather(torch.randint(len(self), (batch_size, ),
-                                         generator=generator))
+        return torch.randint(len(self), (n, ), generator=generator)
 
     def gather(self, items: torch.Tensor):
         """The transitions numbered ``items`` (``t * batch_size + b``: time

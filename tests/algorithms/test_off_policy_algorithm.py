@@ -5,6 +5,7 @@ import gymnasium as gym
 import pytest
 
 from alf.algorithms import DQNAlgorithm, SACAlgorithm
+from alf.replay_buffers import PrioritizedReplay, UniformReplay
 from alf.trainers import Trainer, TrainerConfig
 from alf.utils import memory
 from alf.utils.errors import ConfigError
@@ -46,13 +47,13 @@ def test_capacity_beyond_any_memory_is_refused_at_construction():
     assert "are available on cpu" in msg and "transitions fit" in msg
 
 
-@pytest.mark.parametrize("replay,needed", [("uniform", 42 * 1000),
-                                           ("prioritized", 42 * 1000 +
+@pytest.mark.parametrize("replay,needed", [(UniformReplay, 42 * 1000),
+                                           (PrioritizedReplay, 42 * 1000 +
                                             32 * 1024)])
 def test_processes_on_the_machine_and_sum_tree_count(monkeypatch, replay,
                                                      needed):
     monkeypatch.setattr(memory, "available_bytes", lambda device: needed)
-    _sac(1000, replay=replay)  # fits exactly
+    _sac(1000, replay=replay())  # fits exactly
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="2 processes on this machine"):
-        _sac(1000, replay=replay)
+        _sac(1000, replay=replay())

@@ -9,6 +9,7 @@ from distributed_harness import run_ranks, values
 def _train_sac(rank, replay, iterations):
     import gymnasium as gym
 
+    from alf import replay_buffers
     from alf.algorithms.sac_algorithm import SACAlgorithm
     from alf.data_structures import Experience
     from alf.trainers.trainer_config import TrainerConfig
@@ -20,7 +21,8 @@ def _train_sac(rank, replay, iterations):
                         num_updates_per_train_iter=3).per_rank(2)
     torch.manual_seed(0)  # equal initial weights, as the trainer does
     alg = SACAlgorithm(gym.spaces.Box(-1, 1, (3, )),
-                       gym.spaces.Box(-1, 1, (1, )), cfg, replay=replay,
+                       gym.spaces.Box(-1, 1, (1, )), cfg,
+                       replay=getattr(replay_buffers, replay)(),
                        tau=0.05)
     distributed.activate_ddp(alg)
     torch.manual_seed(100 + rank)  # per-rank experience and sampling
@@ -42,7 +44,8 @@ def _train_sac(rank, replay, iterations):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("replay", ["uniform", "prioritized_global"])
+@pytest.mark.parametrize("replay", ["UniformReplay",
+                                    "PrioritizedGlobalReplay"])
 def test_sac_targets_equal_and_replay_per_rank(replay):
     r0, r1 = values(run_ranks(_train_sac, replay, 20, timeout=100))
     for name in r0[0]:

@@ -209,7 +209,7 @@ def test_user_algorithm_example_trains_with_two_processes(tmp_path):
 @pytest.mark.parametrize("gin_file,params", [
     ("sac_pendulum.gin", ["TrainerConfig.num_env_steps=400",
                           "TrainerConfig.eval_interval=100",
-                          "SACAlgorithm.replay='prioritized_global'"]),
+                          "SACAlgorithm.replay=@PrioritizedGlobalReplay()"]),
     ("dqn_cart_pole.gin", ["TrainerConfig.num_env_steps=2048",
                            "TrainerConfig.eval_interval=4",
                            "TrainerConfig.initial_collect_steps=512"]),
