@@ -15,7 +15,6 @@ from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.q_network import QNetwork
 from alf.utils import distributed
-from alf.utils.errors import ConfigError
 from alf.utils.optim import Adam
 
 
@@ -45,6 +44,9 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         replay, priority_alpha, priority_beta: see `OffPolicyAlgorithm`.
     """
 
+    supported_action_spaces = (gym.spaces.Discrete, )
+    action_space_hint = "use SACAlgorithm for continuous actions"
+
     def __init__(self, observation_space, action_space, config,
                  q_network_ctor: Callable = QNetwork,
                  learning_rate: float = 1e-4, adam_eps: float = 1e-8,
@@ -57,11 +59,6 @@ class DQNAlgorithm(OffPolicyAlgorithm):
                  max_grad_norm: Optional[float] = 10.0,
                  replay: str = "uniform", priority_alpha: float = 0.6,
                  priority_beta: float = 0.4):
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise ConfigError(
-                f"DQNAlgorithm needs a Discrete action space; "
-                f"{config.env_name} has {action_space}; use SACAlgorithm for "
-                "continuous actions")
         check_learning_rate("DQNAlgorithm", learning_rate)
         # Explicit replay options (no **kwargs): gin then refuses a
         # misspelled parameter when it parses the config.
