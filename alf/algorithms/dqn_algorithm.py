@@ -16,7 +16,6 @@ from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.q_network import QNetwork
 from alf.replay_buffers import Replay
 from alf.utils import distributed
-from alf.utils.errors import ConfigError
 from alf.utils.optim import Adam
 
 
@@ -49,6 +48,9 @@ class DQNAlgorithm(OffPolicyAlgorithm):
             `OffPolicyAlgorithm`.
     """
 
+    supported_action_spaces = (gym.spaces.Discrete, )
+    action_space_hint = "use SACAlgorithm for continuous actions"
+
     def __init__(self, observation_space, action_space, config,
                  q_network_ctor: Callable = QNetwork,
                  learning_rate: float = 1e-4, adam_eps: float = 1e-8,
@@ -62,11 +64,6 @@ class DQNAlgorithm(OffPolicyAlgorithm):
                  replay: Union[Replay, str, None] = None,
                  priority_alpha: Optional[float] = None,
                  priority_beta: Optional[float] = None):
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise ConfigError(
-                f"DQNAlgorithm needs a Discrete action space; "
-                f"{config.env_name} has {action_space}; use SACAlgorithm for "
-                "continuous actions")
         check_learning_rate("DQNAlgorithm", learning_rate)
         # Explicit replay options (no **kwargs): gin then refuses a
         # misspelled parameter when it parses the config.

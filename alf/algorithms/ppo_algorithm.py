@@ -13,6 +13,7 @@ import math
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 import gin
+import gymnasium as gym
 import torch
 
 from alf.algorithms.algorithm import check_learning_rate
@@ -156,6 +157,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
     # Unrolls ended early: shorter (sync), or with environments ended at
     # steps of their own (async, `OnPolicyAlgorithm.unroll_lengths`).
     preemptible_unroll_modes = ("sync", "async")
+    # A categorical or a Gaussian policy (`ActorDistributionNetwork`).
+    supported_action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
 
     def __init__(self, observation_space, action_space, config,
                  actor_network_ctor: Callable = ActorDistributionNetwork,

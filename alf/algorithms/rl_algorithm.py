@@ -1,5 +1,5 @@
 """RL algorithm bases: observation normalisation and on-policy training."""
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Type
 
 import gymnasium as gym
 import torch
@@ -7,6 +7,7 @@ import torch
 from alf.algorithms.algorithm import Algorithm
 from alf.data_structures import Experience
 from alf.replay_buffers import ReplayBuffer
+from alf.utils.errors import ConfigError
 from alf.utils.normalizer import RunningNormalizer
 
 
@@ -17,16 +18,36 @@ class RLAlgorithm(Algorithm):
     `rollout_step`, stores the transition with `store`, and after each unroll
     calls `train_iter`.
 
+    A subclass declares the action spaces it can act in
+    (`supported_action_spaces`, `needs_bounded_actions`); the constructor
+    refuses any other before anything is built.
+
     Args:
         observation_space: one environment's observation space.
         action_space: one environment's action space.
         config: the trainer's (per-rank) `TrainerConfig`.
         normalize_observations: keep running statistics of (Box)
             observations and normalise them before the networks see them.
+
+    Raises:
+        ConfigError: an action space this algorithm does not support.
     """
+
+    #: The kinds of action space this algorithm can act in. The default is
+    #: what `ActorDistributionNetwork` acts in (a categorical or a Gaussian
+    #: policy); a subclass acting otherwise declares its own.
+    supported_action_spaces: Tuple[Type[gym.Space], ...] = (
+        gym.spaces.Discrete, gym.spaces.Box)
+    #: Box action spaces must have finite bounds (a policy squashed onto
+    #: them has nothing to squash onto otherwise).
+    needs_bounded_actions: bool = False
+    #: Appended to the refusal of an unsupported action space, e.g. the
+    #: algorithm to use instead.
+    action_space_hint: str = ""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  config, normalize_observations: bool = False):
+        self._check_action_space(action_space, config)
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
@@ -38,6 +59,24 @@ class RLAlgorithm(Algorithm):
         if normalize_observations:
             self.observation_normalizer = RunningNormalizer(
                 observation_space.shape)
+
+    @classmethod
+    def _check_action_space(cls, action_space: gym.Space, config) -> None:
+        kinds = cls.supported_action_spaces
+        ok = isinstance(action_space, kinds)
+        if ok and cls.needs_bounded_actions and isinstance(
+                action_space, gym.spaces.Box):
+            ok = action_space.is_bounded()
+        if ok:
+            return
+        needed = " or ".join(k.__name__ for k in kinds)
+        if cls.needs_bounded_actions:
+            needed = "bounded " + needed
+        hint = f"; {cls.action_space_hint}" if cls.action_space_hint else ""
+        # numpy breaks long bounds over lines; the message stays one line.
+        space = " ".join(str(action_space).split())
+        raise ConfigError(f"{cls.__name__} needs a {needed} action space; "
+                          f"{config.env_name} has {space}{hint}")
 
     def observe(self, observation: torch.Tensor, update: bool = True):
         """Normalises a raw observation batch (identity without normaliser).

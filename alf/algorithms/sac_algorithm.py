@@ -19,7 +19,6 @@ from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
 from alf.networks.q_network import CriticEnsemble
 from alf.replay_buffers import Replay
 from alf.utils import distributed
-from alf.utils.errors import ConfigError
 from alf.utils.optim import Adam
 
 _LOG_STD_RANGE = (-20.0, 2.0)
@@ -93,6 +92,10 @@ class SACAlgorithm(OffPolicyAlgorithm):
         max_grad_norm: see `OffPolicyAlgorithm`.
     """
 
+    supported_action_spaces = (gym.spaces.Box, )
+    needs_bounded_actions = True
+    action_space_hint = "use DQNAlgorithm for discrete actions"
+
     def __init__(self, observation_space, action_space, config,
                  actor_ctor: Callable = SquashedGaussianActor,
                  critic_ctor: Callable = CriticEnsemble,
@@ -103,12 +106,6 @@ class SACAlgorithm(OffPolicyAlgorithm):
                  priority_alpha: Optional[float] = None,
                  priority_beta: Optional[float] = None,
                  max_grad_norm: Optional[float] = None):
-        if not (isinstance(action_space, gym.spaces.Box)
-                and action_space.is_bounded()):
-            raise ConfigError(
-                f"SACAlgorithm needs a bounded Box action space; "
-                f"{config.env_name} has {action_space}; use DQNAlgorithm for "
-                "discrete actions")
         check_learning_rate("SACAlgorithm", learning_rate)
         # Explicit replay options (no **kwargs): gin then refuses a
         # misspelled parameter when it parses the config.

@@ -89,6 +89,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     """
     import alf.config
     from alf.environments import env_fn
+    from alf.environments.batched import check_environment
     from alf.trainers.checkpointer import Checkpointer
     from alf.trainers.trainer import _CHECKPOINT_LAYOUT
     from alf.trainers.trainer_config import TrainerConfig
@@ -123,6 +124,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
         raise ConfigError(f"rendering {cfg.env_name} needs a package that "
                           f"is missing ({one_line(e)}): pip install "
                           "'alf[video]'") from e
+    check_environment(env, cfg.env_load_fn)
     try:
         algorithm = cfg.algorithm_ctor(
             observation_space=env.observation_space,

@@ -16,10 +16,14 @@ leaves the CPU to other processes, as a slower machine elsewhere would.
 """
 import os
 import time
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import gin
+import numpy as np
+import torch
 
+from alf.data_structures import TimeStep
+from alf.environments.batched import BatchedEnvironment
 from alf.utils import distributed
 
 #: Set in a helper process (an asynchronous collection actor) to the rank
@@ -34,11 +38,19 @@ def collecting_rank() -> int:
     return int(os.environ.get(RANK_VARIABLE, 0))
 
 
-class SlowedEnvironment:
-    """Wraps a `BatchedEnvironment` so that it steps ``slowdown`` times
-    slower (see the module's doc); everything else is passed through."""
+class SlowedEnvironment(BatchedEnvironment):
+    """A `BatchedEnvironment` that steps ``slowdown`` times slower than the
+    one it wraps (see the module's doc); the rest of the interface is the
+    wrapped one's.
 
-    def __init__(self, env, slowdown: float):
+    Args:
+        env: the environments to slow down.
+        slowdown: how many times slower they step.
+    """
+
+    def __init__(self, env: BatchedEnvironment, slowdown: float):
+        super().__init__(env.num_envs, env.observation_space,
+                         env.action_space)
         self._env, self._extra = env, slowdown - 1.0
         self._last = None
         self._typical = None  # running mean of the period between steps
@@ -47,15 +59,15 @@ class SlowedEnvironment:
         # than asked; the overshoot is taken off the next sleep.
         self._owed = 0.0
 
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-
-    def reset(self, *args, **kwargs):
-        out = self._env.reset(*args, **kwargs)
+    def reset(self, seed: Optional[int] = None) -> TimeStep:
+        """Resets the wrapped environments."""
+        out = self._env.reset(seed=seed)
         self._last = time.perf_counter()
         return out
 
-    def step(self, action):
+    def step(self, action: torch.Tensor) -> TimeStep:
+        """Steps the wrapped environments, then sleeps (see the module's
+        doc)."""
         out = self._env.step(action)
         now = time.perf_counter()
         if self._last is not None:
@@ -73,6 +85,19 @@ class SlowedEnvironment:
                 self._owed -= time.perf_counter() - now
         self._last = time.perf_counter()
         return out
+
+    def close(self) -> None:
+        """Closes the wrapped environments."""
+        self._env.close()
+
+    @property
+    def episode_info(self) -> Tuple[str, ...]:
+        """The wrapped environments' metric names."""
+        return self._env.episode_info
+
+    def render(self) -> np.ndarray:
+        """The wrapped environments' frame."""
+        return self._env.render()
 
 
 @gin.configurable

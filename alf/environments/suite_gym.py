@@ -9,7 +9,7 @@ value of the observation that really ended the episode.
 """
 import difflib
 import inspect
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import gin
 import gymnasium as gym
@@ -20,10 +20,13 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from alf import nest
 from alf.data_structures import TimeStep
+# BatchedEnvironment is importable from here too, for code written before
+# it moved to alf.environments.batched.
+from alf.environments.batched import BatchedEnvironment
 from alf.environments.env_fn import EnvFn, in_environment_process
 from alf.utils.errors import AlfError
 
-__all__ = ["load", "BatchedEnvironment", "check_env_id"]
+__all__ = ["load", "GymEnvironment", "check_env_id"]
 
 
 def check_env_id(env_name: str) -> None:
@@ -96,15 +99,8 @@ def _merge_final(obs, final_obs: np.ndarray, mask: np.ndarray):
     return merged
 
 
-class BatchedEnvironment:
-    """A gymnasium vector env whose inputs and outputs are torch tensors.
-
-    Attributes:
-        num_envs: number of sub-environments (the batch size B).
-        observation_space: space of one sub-environment's observation.
-        action_space: space of one sub-environment's action.
-        episode_info: names of the per-episode metrics that `step` reports
-            in ``TimeStep.episode_info`` (see the constructor).
+class GymEnvironment(BatchedEnvironment):
+    """A gymnasium vector env as a `BatchedEnvironment`.
 
     Args:
         vec_env: a gymnasium vector env in same-step autoreset mode.
@@ -119,17 +115,19 @@ class BatchedEnvironment:
     def __init__(self, vec_env: gym.vector.VectorEnv, clip_action=True,
                  seed: Optional[int] = None,
                  episode_info: Optional[Dict[str, str]] = None):
+        super().__init__(vec_env.num_envs, vec_env.single_observation_space,
+                         vec_env.single_action_space)
         self._env = vec_env
         self._first_seed = seed
         self._episode_info = dict(episode_info or {})
-        self.episode_info = tuple(self._episode_info)
-        self.num_envs = vec_env.num_envs
-        self.observation_space = vec_env.single_observation_space
-        self.action_space = vec_env.single_action_space
-        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         box = isinstance(self.action_space, gym.spaces.Box)
         self._clip = (self.action_space.low, self.action_space.high) if (
             box and clip_action) else None
+
+    @property
+    def episode_info(self) -> Tuple[str, ...]:
+        """The metric names of the constructor's ``episode_info``."""
+        return tuple(self._episode_info)
 
     def reset(self, seed: Optional[int] = None) -> TimeStep:
         """Resets every sub-environment; env ``i`` gets seed ``seed + i``.
@@ -206,7 +204,7 @@ def load(env_name: str,
          env_kwargs: Optional[dict] = None,
          wrappers: tuple = (),
          clip_action: bool = True,
-         render: bool = False) -> BatchedEnvironment:
+         render: bool = False) -> GymEnvironment:
     """Creates ``num_envs`` copies of a gymnasium environment, batched.
 
     Args:
@@ -223,7 +221,7 @@ def load(env_name: str,
         env_kwargs: keyword arguments for ``gymnasium.make``.
         wrappers: callables ``env -> env`` applied to each sub-environment.
         clip_action: clip continuous actions to the action space's bounds.
-        render: make `BatchedEnvironment.render` return frames (gymnasium's
+        render: make `GymEnvironment.render` return frames (gymnasium's
             ``render_mode="rgb_array"``).
 
     Raises:
@@ -245,4 +243,4 @@ def load(env_name: str,
         vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
     else:
         vec = SyncVectorEnv(env_fns, **kw)
-    return BatchedEnvironment(vec, clip_action=clip_action, seed=seed)
+    return GymEnvironment(vec, clip_action=clip_action, seed=seed)

@@ -50,7 +50,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from alf.environments.env_fn import in_environment_process, prepare_worker
 from alf.environments.metadrive_env_fn import (ASSETS_HINT, CRASH_END,
                                                MetaDriveEnvFn)
-from alf.environments.suite_gym import BatchedEnvironment
+from alf.environments.suite_gym import GymEnvironment
 from alf.utils.errors import AlfError, one_line
 
 __all__ = ["load", "EPISODE_INFO", "OBSERVATIONS"]
@@ -116,7 +116,7 @@ def load(env_name: str = "MetaDrive",
          env_config: Optional[dict] = None,
          topdown_resolution: int = 84,
          log_level: int = 30,
-         render: bool = False) -> BatchedEnvironment:
+         render: bool = False) -> GymEnvironment:
     """Creates ``num_envs`` MetaDrive environments, one process each.
 
     Args:
@@ -153,12 +153,12 @@ def load(env_name: str = "MetaDrive",
             arguments above.
         topdown_resolution: R, the image size of the top-down observation.
         log_level: MetaDrive's logging level in the workers (30: warnings).
-        render: make `BatchedEnvironment.render` return MetaDrive's top-down
+        render: make `GymEnvironment.render` return MetaDrive's top-down
             view as RGB frames (`metadrive_env_fn.TopDownFrames`), for any
             observation.
 
     Returns:
-        A `BatchedEnvironment` whose ``episode_info`` is `EPISODE_INFO` (see
+        A `GymEnvironment` reporting the metrics of `EPISODE_INFO` (see
         the module's doc). Actions are 2 floats in [-1, 1] (steering,
         throttle/brake), clipped to that range.
 
@@ -193,8 +193,8 @@ def load(env_name: str = "MetaDrive",
                                             info_keys=_INFO_KEYS,
                                             in_process=True, render=render)],
                             autoreset_mode=AutoresetMode.SAME_STEP)
-        return BatchedEnvironment(vec, clip_action=True, seed=seed,
-                                  episode_info=EPISODE_INFO)
+        return GymEnvironment(vec, clip_action=True, seed=seed,
+                              episode_info=EPISODE_INFO)
     env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS,
                             render=render)
     obs_space, action_space, assets = _describe(env_fn)
@@ -210,5 +210,5 @@ def load(env_name: str = "MetaDrive",
     env_fn.spaces = (obs_space, action_space)
     vec = AsyncVectorEnv([env_fn] * num_envs, context="spawn",
                          autoreset_mode=AutoresetMode.SAME_STEP)
-    return BatchedEnvironment(vec, clip_action=True, seed=seed,
-                              episode_info=EPISODE_INFO)
+    return GymEnvironment(vec, clip_action=True, seed=seed,
+                          episode_info=EPISODE_INFO)

@@ -33,6 +33,7 @@ import torch
 
 from alf import nest
 from alf.data_structures import Experience
+from alf.environments.batched import check_environment
 
 
 def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
@@ -65,13 +66,14 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
         if env_spec is not None:
             import gymnasium as gym
             gym.registry.setdefault(env_spec.id, env_spec)
-        env = config.env_load_fn(config.env_name, num_envs=num_envs,
-                                 seed=None, asynchronous=False)
+        env = check_environment(config.env_load_fn(
+            config.env_name, num_envs=num_envs, seed=None,
+            asynchronous=False), config.env_load_fn)
         algorithm = config.algorithm_ctor(
             observation_space=env.observation_space,
             action_space=env.action_space, config=config)
         _send(conn, ("ready", env.observation_space, env.action_space,
-                     tuple(getattr(env, "episode_info", ()))))
+                     tuple(env.episode_info)))
         _Actor(conn, env, algorithm, unroll_length, max_policy_lag).run()
     except BaseException as e:  # noqa: BLE001 - reported to the learner
         from alf.utils.errors import AlfError, one_line
@@ -181,7 +183,7 @@ class _Actor:
     def _loop(self, env_seed: int, unroll: int) -> None:
         alg, env = self._alg, self._env
         obs = alg.observe(env.reset(seed=env_seed).observation)
-        names = tuple(getattr(env, "episode_info", ()))
+        names = tuple(env.episode_info)
         nan = torch.full((env.num_envs, ), float("nan"))
         t = 0
         clock, cpu = time.perf_counter, time.thread_time

@@ -55,7 +55,7 @@ from absl import logging
 
 from alf import nest
 from alf.data_structures import Experience
-from alf.environments.suite_gym import BatchedEnvironment
+from alf.environments.batched import BatchedEnvironment
 from alf.trainers.actor import actor_main, decode, encode
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.preemption import Preemption
@@ -88,7 +88,7 @@ class SyncCollector:
         """(observation_space, action_space, episode metric names)."""
         env = self._env
         return (env.observation_space, env.action_space,
-                tuple(getattr(env, "episode_info", ())))
+                tuple(env.episode_info))
 
     def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
               version: int, torch_seed: Optional[int] = None,

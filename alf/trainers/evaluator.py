@@ -7,6 +7,7 @@ from typing import Dict, Optional
 import torch
 
 from alf.algorithms.rl_algorithm import RLAlgorithm
+from alf.environments.batched import BatchedEnvironment
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
 #: Evaluations on the training environments' settings, and on held-out ones
@@ -29,7 +30,7 @@ class Evaluator:
             scenarios in MetaDrive) and differ only by the policy.
     """
 
-    def __init__(self, env, seed: Optional[int] = None,
+    def __init__(self, env: BatchedEnvironment, seed: Optional[int] = None,
                  deterministic: bool = True):
         self._env = env
         self._seed = seed
@@ -60,7 +61,7 @@ class Evaluator:
         returns = torch.zeros(n)
         lengths = torch.zeros(n)
         metrics = {name: torch.full((n, ), float("nan"))
-                   for name in getattr(self._env, "episode_info", ())}
+                   for name in self._env.episode_info}
         running = torch.ones(n, dtype=torch.bool)
         while running.any():
             obs = algorithm.observe(ts.observation, update=False)

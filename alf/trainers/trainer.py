@@ -15,6 +15,7 @@ import gin
 import torch
 from absl import logging
 
+from alf.environments.batched import check_environment
 from alf.trainers.checkpointer import (Checkpointer, describe_mismatch,
                                       free_space)
 from alf.trainers.collector import AsyncCollector, SyncCollector
@@ -95,9 +96,10 @@ class Trainer:
         if cfg.unroll_mode == "async":
             self._collector = AsyncCollector(cfg)
         else:
-            self._collector = SyncCollector(cfg.env_load_fn(
-                cfg.env_name, num_envs=cfg.num_envs, seed=None,
-                asynchronous=cfg.async_env), cfg.unroll_length)
+            self._collector = SyncCollector(check_environment(
+                cfg.env_load_fn(cfg.env_name, num_envs=cfg.num_envs,
+                                seed=None, asynchronous=cfg.async_env),
+                cfg.env_load_fn), cfg.unroll_length)
         obs_space, action_space, metrics = self._collector.describe()
         self.device = cfg.resolve_device()
         self.algorithm = cfg.algorithm_ctor(
@@ -120,10 +122,11 @@ class Trainer:
 
     def _make_evaluator(self, load_fn) -> Evaluator:
         cfg = self.config
-        return Evaluator(load_fn(
+        env = check_environment(load_fn(
             cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
-            asynchronous=cfg.async_env), seed=cfg.seed + 1_000_003,
-            deterministic=cfg.eval_deterministic)
+            asynchronous=cfg.async_env), load_fn)
+        return Evaluator(env, seed=cfg.seed + 1_000_003,
+                         deterministic=cfg.eval_deterministic)
 
     def _writer(self, name: str):
         if name not in self._writers:

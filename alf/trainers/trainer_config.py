@@ -30,7 +30,8 @@ class TrainerConfig:
             sizes the algorithm cannot use before any process starts.
         env_name: environment id for ``env_load_fn``.
         env_load_fn: ``(env_name, num_envs, seed, asynchronous) ->
-            BatchedEnvironment``.
+            BatchedEnvironment`` (`alf.environments.batched`; a new suite
+            is such a function).
         num_envs: parallel training environments (global).
         async_env: one subprocess per environment (for slow environments).
         unroll_mode: ``"sync"``: every iteration steps all environments in

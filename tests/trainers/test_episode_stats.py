@@ -36,7 +36,7 @@ def _env(n, lengths):
     vec = gym.vector.SyncVectorEnv(
         [lambda length=length: _Goal(length) for length in lengths[:n]],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    return suite_gym.BatchedEnvironment(vec, episode_info={
+    return suite_gym.GymEnvironment(vec, episode_info={
         "success_rate": "is_success"})
 
 

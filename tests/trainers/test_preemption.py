@@ -3,6 +3,7 @@ early end, the straggler wrapper, and the settings' checks."""
 import os
 import time
 
+import gymnasium as gym
 import pytest
 import torch
 import torch.distributed as dist
@@ -11,6 +12,7 @@ from alf.algorithms.dqn_algorithm import DQNAlgorithm
 from alf.algorithms.ppo_algorithm import PPOAlgorithm
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.environments import straggler, suite_gym
+from alf.environments.batched import BatchedEnvironment
 from alf.trainers.collector import SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.preemption import Preemption, make_preemption
@@ -152,12 +154,12 @@ def test_sync_collector_ends_the_unroll_when_preempted(tmp_path):
         collector.close()
 
 
-class _Timed:
+class _Timed(BatchedEnvironment):
     """A batched environment whose step takes ``seconds``."""
 
-    num_envs = 1
-
     def __init__(self, seconds):
+        super().__init__(1, gym.spaces.Box(-1, 1, (1, )),
+                         gym.spaces.Discrete(2))
         self.seconds, self.steps = seconds, 0
 
     def reset(self, seed=None):
@@ -167,6 +169,9 @@ class _Timed:
         time.sleep(self.seconds)
         self.steps += 1
         return action
+
+    def close(self):
+        pass
 
 
 def _seconds_per_step(env, n=60, between=0.0):
@@ -190,8 +195,12 @@ def test_the_straggler_wrapper_slows_collection_by_its_factor():
     start = time.perf_counter()
     env.step(None)
     assert time.perf_counter() - start < 0.02
-    # Attributes pass through.
-    assert straggler.SlowedEnvironment(_Timed(0), 2.0).num_envs == 1
+    # The rest of the interface passes through.
+    wrapped = _Timed(0)
+    slowed = straggler.SlowedEnvironment(wrapped, 2.0)
+    assert slowed.num_envs == 1
+    assert slowed.action_space is wrapped.action_space
+    assert slowed.episode_info == ()
 
 
 def test_straggler_load_slows_only_the_named_ranks(monkeypatch):

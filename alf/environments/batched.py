@@ -1,0 +1,147 @@
+"""`BatchedEnvironment`: the interface every environment suite implements.
+
+The trainer, its collectors and actors, the evaluator and ``alf.bin.play``
+talk to environments only through this interface, so a new suite is a
+``load`` function returning a subclass; nothing outside the suite changes::
+
+    class Chain(BatchedEnvironment):
+        def __init__(self, num_envs):
+            super().__init__(num_envs, gym.spaces.Box(0, 1, (4, )),
+                             gym.spaces.Discrete(2))
+        def reset(self, seed=None): ...   # -> TimeStep
+        def step(self, action): ...       # -> TimeStep
+        def close(self): ...
+
+    def load(env_name, num_envs=1, seed=None, asynchronous=False):
+        return Chain(num_envs)
+
+    # gin: TrainerConfig.env_load_fn = @my_suite.load
+
+Required: the three attributes that `__init__` sets and the abstract methods
+`reset`, `step` and `close`; Python refuses to construct a subclass missing
+one of the methods. Optional, with defaults: `episode_info` (no per-episode
+metrics) and `render` (raises `AlfError`).
+"""
+import abc
+from typing import Callable, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from alf.data_structures import TimeStep
+from alf.utils.errors import AlfError, ConfigError
+
+__all__ = ["BatchedEnvironment", "check_environment"]
+
+
+class BatchedEnvironment(abc.ABC):
+    """``num_envs`` environments stepped together, in torch tensors.
+
+    Every tensor a `TimeStep` holds has a leading batch dimension [B]
+    (``B = num_envs``) and lives on the CPU. Episodes restart in the same
+    step that ends them (gymnasium's same-step autoreset): the `TimeStep`
+    of a step that ends environment ``i``'s episode has ``terminated[i]``
+    (the task ended: no bootstrap) or ``truncated[i]`` (a time limit: the
+    learner bootstraps from the final observation) set, and its
+    ``observation[i]`` already starts the next episode. Its
+    ``final_observation`` is then a whole batch: the ended episodes' last
+    observations in their rows, ``observation`` in the others (None on a
+    step that ends no episode). So every step is a real transition.
+
+    Attributes:
+        num_envs: number of environments (the batch size B).
+        observation_space: one environment's observation space (a
+            gymnasium space: the algorithms size their networks from it).
+        action_space: one environment's action space; an algorithm refuses
+            kinds it does not declare in its ``supported_action_spaces``.
+
+    Args:
+        num_envs: see ``num_envs``.
+        observation_space: see ``observation_space``.
+        action_space: see ``action_space``.
+    """
+
+    def __init__(self, num_envs: int, observation_space: gym.Space,
+                 action_space: gym.Space):
+        self.num_envs = num_envs
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    @abc.abstractmethod
+    def reset(self, seed: Optional[int] = None) -> TimeStep:
+        """Starts a new episode in every environment.
+
+        Args:
+            seed: if given, environment ``i`` is seeded with ``seed + i``
+                (evaluations reset with the same seed to replay the same
+                episode starts; the trainer gives each rank its own).
+                Without it, the environments continue their own random
+                streams (or use the seed their load function was given, at
+                the first reset).
+
+        Returns:
+            The first observations, zero rewards, and ``terminated`` and
+            ``truncated`` all False.
+        """
+
+    @abc.abstractmethod
+    def step(self, action: torch.Tensor) -> TimeStep:
+        """Steps every environment (see the class doc for episode ends).
+
+        Args:
+            action: one action per environment, [B, ...] (int64 [B] for a
+                Discrete space), on any device.
+
+        Returns:
+            The batched `TimeStep`. Its ``episode_info`` maps each name of
+            `episode_info` to float [B]: the metric where an episode ended
+            at this step, NaN elsewhere; it may be left empty on steps
+            where no episode ended.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Releases the environments (subprocesses, simulators)."""
+
+    @property
+    def episode_info(self) -> Tuple[str, ...]:
+        """Names of the per-episode metrics (e.g. ``"success_rate"``) that
+        `step` reports in ``TimeStep.episode_info``; training summaries and
+        evaluations average each over finished episodes, and
+        ``eval.csv`` gets a column per name.
+
+        Default: none.
+        """
+        return ()
+
+    def render(self) -> np.ndarray:
+        """The first environment's current frame, uint8 [H, W, 3], for
+        ``alf.bin.play --record_file``.
+
+        Default: no frames.
+
+        Raises:
+            AlfError: these environments do not render.
+        """
+        raise AlfError(f"{type(self).__name__} environments do not render "
+                       "frames; play without --record_file")
+
+
+def check_environment(env, load_fn: Callable) -> BatchedEnvironment:
+    """Returns ``env`` if it is a `BatchedEnvironment`.
+
+    The trainer and ``alf.bin.play`` call it on what a load function
+    returned, so that a suite not implementing the interface fails here,
+    naming its load function, rather than at the first missing attribute.
+
+    Raises:
+        ConfigError: naming ``load_fn`` and the type it returned.
+    """
+    if isinstance(env, BatchedEnvironment):
+        return env
+    # A functools.partial or another callable has no __name__.
+    name = getattr(load_fn, "__name__", repr(load_fn))
+    raise ConfigError(f"{name} returned a {type(env).__name__}, not an "
+                      "alf.environments.batched.BatchedEnvironment; "
+                      "subclass it (see that module's doc)")
