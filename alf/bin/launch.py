@@ -57,7 +57,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     from absl import flags, logging
 
     from alf.trainers import TrainingInterrupted
-    from alf.utils import process_group
+    from alf.utils import distributed
 
     # A spawned rank parses no command line; absl would say so ("Logging
     # before flag parsing goes to stderr") on its first log line.
@@ -70,8 +70,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         # the setup (parsing the config) provides.
         if setup is not None:
             setup[0](*setup[1])
-        with process_group.process_group(rank, world_size, backend,
-                                         init_file):
+        with distributed.process_group(rank, world_size, backend, init_file):
             fn(*args)
     except TrainingInterrupted as e:
         if rank == 0:
@@ -85,9 +84,9 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     except SystemExit as e:  # a signal before training, or the launcher's
         code = e.code if isinstance(e.code, int) else EXIT_ERROR
     except BaseException as e:  # noqa: BLE001 - reported to the launcher
-        secondary = process_group.is_peer_failure(e)
+        secondary = distributed.is_peer_failure(e)
         kind = "secondary" if secondary else "crash"
-        text = (process_group.peer_failure_reason(e) if secondary else
+        text = (distributed.peer_failure_reason(e) if secondary else
                 traceback.format_exc())
         report.send((time.time(), rank, kind, text))
         code = EXIT_ERROR
@@ -97,7 +96,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         signal.signal(sig, signal.SIG_IGN)
     report.close()
     if os.getppid() != launcher:  # the launcher was killed: clean up for it
-        process_group.remove_rendezvous(init_file)
+        distributed.remove_rendezvous(init_file)
     process.exit_now(code)
 
 
@@ -203,7 +202,7 @@ class _Round:
 
 def _run_round(fn, args, setup, num_processes, backend, stop_grace,
                crash_grace) -> _Round:
-    from alf.utils.process_group import rendezvous_file
+    from alf.utils.distributed import rendezvous_file
 
     ctx = mp.get_context("spawn")
     # One pipe per rank for its failure report: unlike a queue, a pipe needs

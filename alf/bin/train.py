@@ -76,24 +76,24 @@ def _train_under_torchrun(root_dir: str) -> int:
     import torch
 
     from alf.trainers import TrainingInterrupted
-    from alf.utils import process_group
+    from alf.utils import distributed
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if rank != 0:
         logging.set_verbosity(logging.WARNING)
     try:
-        with process_group.process_group(rank, world, backend, use_env=True):
+        with distributed.process_group(rank, world, backend, use_env=True):
             try:
                 train_parsed(root_dir)
             except Exception as e:  # noqa: BLE001 - torchrun has the code
-                if not process_group.is_peer_failure(e):
+                if not distributed.is_peer_failure(e):
                     raise
                 # A consequence: name the cause while the heartbeats of
                 # the group can still be read.
                 print(f"alf.bin.train: rank {rank} lost its peers: "
-                      f"{_who_failed(process_group.silent_ranks(), rank)} "
-                      f"({process_group.peer_failure_reason(e)})",
+                      f"{_who_failed(distributed.silent_ranks(), rank)} "
+                      f"({distributed.peer_failure_reason(e)})",
                       file=sys.stderr, flush=True)
                 return EXIT_ERROR
     except TrainingInterrupted as e:
@@ -104,7 +104,7 @@ def _train_under_torchrun(root_dir: str) -> int:
 
 
 def _who_failed(heard, rank: int) -> str:
-    """Names the ranks that `process_group.silent_ranks` found silent."""
+    """Names the ranks that `distributed.silent_ranks` found silent."""
     silent, seconds = heard or ([], 0.0)
     if not silent:
         return "another rank failed (torchrun names it)"
@@ -139,7 +139,7 @@ def _processes_and_backend() -> Tuple[int, str]:
 
 
 def _timeout_text() -> str:
-    from alf.utils.process_group import collective_timeout
+    from alf.utils.distributed import collective_timeout
     return f"{collective_timeout().total_seconds():g} s"
 
 

@@ -37,7 +37,7 @@ from typing import Optional
 
 from absl import logging
 
-from alf.utils import process_group
+from alf.utils import distributed
 from alf.utils.errors import ConfigError
 
 PREEMPT_RULES = ("throughput", "always")
@@ -153,7 +153,7 @@ def make_preemption(config, rank: int,
     """
     if not config.preempt_stragglers or world_size == 1:
         return None
-    store = process_group.store()
+    store = distributed.store()
     if store is None:
         raise ConfigError(
             "TrainerConfig.preempt_stragglers=True needs the process group "

@@ -69,11 +69,12 @@ def test_inside_a_gloo_group_auto_is_the_cpu(two_gpus, monkeypatch):
 
 
 def test_inside_a_nccl_group_auto_is_the_local_gpu(two_gpus, monkeypatch):
-    from alf.utils import distributed, process_group
+    from alf.utils import distributed
+    from alf.utils.distributed import group
     monkeypatch.setattr(distributed, "is_distributed", lambda: True)
-    for module in (distributed, process_group):  # local_device reads it
+    for module in (distributed, group):  # local_device reads group's
         monkeypatch.setattr(module, "uses_gpus", lambda: True)
-    monkeypatch.setattr(process_group, "_LOCAL_RANK", 1)
+    monkeypatch.setattr(group, "_LOCAL_RANK", 1)
     assert _config("auto").resolve_device() == torch.device("cuda", 1)
 
 

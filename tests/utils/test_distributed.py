@@ -123,7 +123,7 @@ def test_activation_broadcasts_weights_but_never_replay_buffers():
 
 def test_rank_local_state_is_marked_not_imported():
     """Replay buffers mark themselves (`exclude_from_ddp`); any module can
-    be marked; distributed.py does not import alf.replay_buffers."""
+    be marked; alf.utils.distributed does not import alf.replay_buffers."""
     m = WithReplay()
     m.local = distributed.exclude_from_ddp(nn.Module())
     m.local.register_buffer("own", torch.zeros(1))

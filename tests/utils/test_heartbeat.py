@@ -1,7 +1,7 @@
 """Heartbeats name the ranks that stopped beating."""
 import torch.distributed as dist
 
-from alf.utils.heartbeat import Heartbeat
+from alf.utils.distributed.heartbeat import Heartbeat
 
 
 def test_a_rank_that_stops_beating_is_named():

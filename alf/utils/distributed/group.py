@@ -1,10 +1,10 @@
-"""Process groups: forming and tearing down the default group, rendezvous,
-the collective timeout, this rank's device, and telling a peer's failure
-from a cause.
+"""The default process group: forming and tearing it down, and what this
+process is in it (rank, world size, device).
 
-`alf.utils.distributed` re-exports the public names; they live here so that
-the data-parallel decorator and the process plumbing can each be read in
-one sitting.
+Single-machine runs rendezvous through a file (`rendezvous_file`); under
+torchrun the group joins torchrun's store, and a heartbeat names a rank that
+stalls (`silent_ranks`). Every collective waits at most `collective_timeout`,
+so that a hang becomes an error.
 """
 import contextlib
 import datetime
@@ -17,15 +17,22 @@ import gin
 import torch
 import torch.distributed as dist
 
-from alf.utils.heartbeat import Heartbeat
+from alf.utils.distributed.heartbeat import Heartbeat
 
 
-@gin.configurable
+# Registered under the package's name, the path users import it from.
+@gin.configurable(module="alf.utils.distributed")
 def collective_timeout(seconds: float = 300.0) -> datetime.timedelta:
     """How long any collective may wait before it raises instead of hanging.
 
     Rank 0's evaluation runs while the other ranks wait in their next
     collective, so this must exceed the longest evaluation.
+
+    Args:
+        seconds: the timeout (gin: ``collective_timeout.seconds``).
+
+    Returns:
+        The timeout as a ``timedelta``, as torch's process groups take it.
     """
     return datetime.timedelta(seconds=seconds)
 
@@ -48,6 +55,12 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
         backend: ``gloo`` (CPU) or ``nccl`` (GPU).
         init_file: a path every rank can see (single machine).
         use_env: take the rendezvous from torchrun's environment variables.
+
+    Yields:
+        None, with the group formed; it is destroyed on exit.
+
+    Raises:
+        ValueError: for a backend other than ``gloo`` or ``nccl``.
     """
     global _LOCAL_RANK
     if backend not in ("gloo", "nccl"):
@@ -127,6 +140,22 @@ def _torchrun_store(rank: int, world_size: int,
     return dist.PrefixStore(f"alf/{run}/round{round_}/", store)
 
 
+def is_distributed() -> bool:
+    """Whether a default process group of more than one process is active."""
+    return (dist.is_available() and dist.is_initialized()
+            and dist.get_world_size() > 1)
+
+
+def get_rank() -> int:
+    """This process's rank (0 outside distributed training)."""
+    return dist.get_rank() if is_distributed() else 0
+
+
+def get_world_size() -> int:
+    """Number of processes training together (1 outside distributed)."""
+    return dist.get_world_size() if is_distributed() else 1
+
+
 def uses_gpus() -> bool:
     """Whether the active process group reduces GPU tensors (NCCL)."""
     return (dist.is_available() and dist.is_initialized()
@@ -158,33 +187,3 @@ def remove_rendezvous(init_file: str) -> None:
     if os.path.basename(folder).startswith("alf-rendezvous-"):
         shutil.rmtree(folder, ignore_errors=True)
 
-
-_PEER_FAILURE = ("connection reset", "connection closed", "broken pipe",
-                 "connection refused", "timed out", "timeout")
-
-
-def peer_failure_reason(error: BaseException) -> str:
-    """The gist of a peer failure, e.g. "Connection reset by peer" (gloo's
-    messages run to several hundred characters of file names and advice)."""
-    text = str(error)
-    lower = text.lower()
-    for phrase in _PEER_FAILURE:
-        i = lower.find(phrase)
-        if i >= 0:
-            end = min((j for j in (text.find(".", i), text.find("\n", i),
-                                   len(text)) if j >= 0))
-            start = max(text.rfind("] ", 0, i) + 2, text.rfind(": ", 0, i) + 2,
-                        0)
-            return text[start:end].strip()[:160]
-    return text.strip().splitlines()[0][:160] if text.strip() else \
-        type(error).__name__
-
-
-def is_peer_failure(error: BaseException) -> bool:
-    """Whether ``error`` is a collective failing because another rank
-    failed, died or stalled: a consequence, not the cause, of a failure."""
-    if isinstance(error, getattr(dist, "DistError", ())):
-        return True
-    text = str(error).lower()
-    return isinstance(error, RuntimeError) and any(
-        s in text for s in _PEER_FAILURE)

@@ -1,0 +1,148 @@
+"""Checks that the ranks agree, raising `DistributedError` when they do not.
+
+Two things can silently differ across ranks and mix gradients or weights:
+the order in which a module's data-distributed methods are called (checked
+at every DDP call by `CallOrderHook`, inside the gradient all-reduce) and
+the weights themselves (`check_weights_equal`, a cross-rank checksum).
+"""
+import zlib
+from typing import List
+
+import gin
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from alf.utils.distributed.collectives import all_reduce_max
+from alf.utils.distributed.group import get_rank, is_distributed
+from alf.utils.distributed.rank_local import synced_state
+
+
+class DistributedError(RuntimeError):
+    """Ranks disagree (call order, weights): training cannot go on."""
+
+
+# Registered under the package's name, the path users import it from.
+@gin.configurable(module="alf.utils.distributed")
+def call_order_check(enabled: bool = True) -> bool:
+    """Whether DDP calls verify that every rank runs the same method as the
+    same call number (read once, at `activate_ddp`).
+
+    Args:
+        enabled: gin's ``call_order_check.enabled``.
+
+    Returns:
+        ``enabled``.
+    """
+    return enabled
+
+
+class CallOrderHook:
+    """A DDP communication hook that also checks the call order, for free.
+
+    Each DDP call tags its first gradient bucket with three 8-bit hashes v of
+    (method, call number). The tags ride in the same all-reduce as the
+    gradients and come back as sum(v) and sum(v^2) over ranks, which are
+    exact in float32 for up to 256 ranks; all ranks had the same tags iff
+    ``N * sum(v^2) == sum(v)^2`` (Cauchy-Schwarz). A mismatch raises during
+    backward, before any optimizer step could apply mixed gradients. Apart
+    from the tags, it is DDP's default hook (average by pre-division).
+
+    Args:
+        world_size: the number of ranks (the divisor of the average).
+    """
+
+    _MODULI = (251, 241, 239)
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.pending = None  # (method name, call number) of the next backward
+
+    def tag(self, name: str, call: int) -> None:
+        """Marks the next backward as call number ``call`` of ``name``."""
+        self.pending = (name, call)
+
+    def reduce(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        """All-reduces (averages) one gradient bucket, with tags if due."""
+        buf = bucket.buffer().div_(self.world_size)
+        pending, self.pending = self.pending, None
+        if pending is None or bucket.index() != 0:
+            fut = dist.all_reduce(buf, async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0])
+        key = f"{pending[0]}#{pending[1]}".encode()
+        tags = torch.tensor([zlib.crc32(key, i) % m
+                             for i, m in enumerate(self._MODULI)],
+                            dtype=buf.dtype, device=buf.device)
+        n = len(tags)
+        fut = dist.all_reduce(torch.cat([buf, tags, tags * tags]),
+                              async_op=True).get_future()
+
+        def finish(f):
+            out = f.value()[0]
+            sums = out[-2 * n:].double()
+            if not torch.equal(self.world_size * sums[n:], sums[:n]**2):
+                raise call_order_error(*pending)
+            return out[:-2 * n]
+
+        return fut.then(finish)
+
+
+def call_order_error(name: str, call: int) -> DistributedError:
+    """The error a rank raises when another ran a different DDP call.
+
+    Args:
+        name: the method this rank ran.
+        call: its call number among the module's DDP calls.
+    """
+    return DistributedError(
+        f"call order differs across ranks: on rank {get_rank()}, DDP call "
+        f"#{call} of this module ran {name}, while another rank ran a "
+        "different method or call number; every rank must call the "
+        "data-distributed methods of a module in the same order")
+
+
+def call_order_comm_hook(state: CallOrderHook, bucket: dist.GradBucket
+                         ) -> torch.futures.Future[torch.Tensor]:
+    """`CallOrderHook.reduce` in the form DDP's ``register_comm_hook``
+    takes: a function of (state, bucket)."""
+    return state.reduce(bucket)
+
+
+def _checksums(tensors: List[torch.Tensor]) -> torch.Tensor:
+    # Computed where the tensors live; one copy to the CPU at the end.
+    rows = [torch.stack([t.double().sum(), t.double().abs().sum()])
+            if t.numel() else t.new_zeros(2, dtype=torch.float64)
+            for t in tensors]
+    return (torch.cat(rows).cpu() if rows else
+            torch.zeros(0, dtype=torch.float64))
+
+
+def check_weights_equal(module: nn.Module) -> None:
+    """Raises `DistributedError` if any synced tensor differs across ranks.
+
+    Compares a checksum (sum and sum of absolute values, in float64) of every
+    parameter and every buffer outside replay buffers, which catches drift
+    in state that backward does not update (normalisers, target networks).
+    A no-op outside distributed training.
+
+    Args:
+        module: the module whose `synced_state` to compare.
+
+    Raises:
+        DistributedError: naming the first tensor that differs and its
+            checksums on the lowest and highest ranks.
+    """
+    if not is_distributed():
+        return
+    named = synced_state(module)
+    sums = _checksums([t.detach() for _, t in named])
+    both = all_reduce_max(torch.cat([sums, -sums]))
+    hi, lo = both[:len(sums)], both[len(sums):]
+    bad = (hi != -lo).nonzero()
+    if len(bad):
+        i = int(bad[0]) // 2
+        raise DistributedError(
+            f"weights differ across ranks: {named[i][0]} has checksum "
+            f"{sums[2 * i].item():.9g} here (rank {get_rank()}); over all "
+            f"ranks it ranges {-lo[2 * i].item():.9g} .. "
+            f"{hi[2 * i].item():.9g} ({len(bad)} checksums differ)")

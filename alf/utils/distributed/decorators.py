@@ -1,0 +1,220 @@
+"""`data_distributed` and `activate_ddp`: a module's methods through DDP.
+
+`activate_ddp(module)` gives each submodule the state its decorated methods
+share (one DDP module, built lazily, the call-order counter, the first-call
+decisions of ``find_unused_parameters='auto'``) and starts every rank from
+rank 0's weights. A decorated method then runs through the DDP module when
+it computes with gradients in a group of more than one process, and
+untouched otherwise.
+"""
+import functools
+import zlib
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+from absl import logging
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from alf.utils.distributed import unused_parameters
+from alf.utils.distributed.checks import (CallOrderHook, DistributedError,
+                                          call_order_check,
+                                          call_order_comm_hook,
+                                          call_order_error,
+                                          check_weights_equal)
+from alf.utils.distributed.group import (get_rank, get_world_size,
+                                         is_distributed)
+from alf.utils.distributed.performer import make_ddp_performer
+from alf.utils.distributed.rank_local import synced_state
+
+
+def data_distributed(method):
+    """Runs ``method`` through DistributedDataParallel once activated.
+
+    Decorate the method of an `nn.Module` whose result depends on the
+    parameters and is backpropagated (a loss, an unroll). After
+    `activate_ddp(module)` in a process group of more than one process, each
+    call with gradients enabled goes through a DDP module built (once,
+    lazily, on the first call; one per module, shared by its decorated
+    methods) so that gradients are averaged across ranks in backward. The DDP
+    module is cached on the module but is not a submodule: it never enters
+    ``state_dict``. Outside that, the method runs untouched.
+
+    A method may leave some parameters without gradient (an actor loss
+    leaves the critic): the first call of each method finds out and sets DDP
+    up for it (`make_ddp_performer`'s ``find_unused_parameters='auto'``).
+
+    Several decorated methods on one module must be called in the same order
+    on every rank; `call_order_check` verifies it at each call, inside the
+    gradient all-reduce (no extra collective).
+
+    Args:
+        method: a method of an `nn.Module` subclass.
+
+    Returns:
+        The wrapped method.
+    """
+    return data_distributed_when(None)(method)
+
+
+def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
+    """Like `data_distributed`, but only when ``cond(module)`` is true.
+
+    Args:
+        cond: evaluated on the module at each call; None means always.
+
+    Returns:
+        A decorator for a method of an `nn.Module` subclass.
+    """
+
+    def decorator(method):
+        name = method.__qualname__
+
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            state = self.__dict__.get("_alf_ddp")
+            if (state is None or not torch.is_grad_enabled()
+                    or not is_distributed() or (cond is not None
+                                                and not cond(self))):
+                # Without gradients there is nothing to all-reduce, and
+                # evaluation (rank 0 only) must never enter a collective.
+                return method(self, *args, **kwargs)
+            performer = state["performer"]
+            if performer is None:
+                performer = state["performer"] = _new_performer(self, state)
+            if state["hook"] is not None:
+                state["calls"] += 1
+                state["hook"].tag(name, state["calls"])
+            if performer.alf_auto_unused and name not in state["checked"]:
+                return _first_call(self, state, name, method, args, kwargs)
+            return _perform(self, state, name, method, *args, **kwargs)
+
+        wrapper._alf_data_distributed = True
+        return wrapper
+
+    return decorator
+
+
+def activate_ddp(module: nn.Module) -> None:
+    """Enables the decorated methods of ``module`` and its submodules.
+
+    Broadcasts rank 0's parameters and buffers (replay buffers excluded) at
+    once, so that every rank acts with the same weights from the first step,
+    and verifies them. A no-op outside distributed training.
+
+    Args:
+        module: the module (an algorithm) whose decorated methods, its
+            submodules' included, go through DDP from now on.
+
+    Raises:
+        DistributedError: if the weights still differ after the broadcast.
+    """
+    if not is_distributed():
+        return
+    for sub in module.modules():
+        sub.__dict__["_alf_ddp"] = {"performer": None, "hook": None,
+                                    "calls": 0,
+                                    "check_order": call_order_check(),
+                                    # methods whose first call was checked
+                                    # for unused parameters ('auto')
+                                    "checked": set(),
+                                    "first_calls":
+                                    unused_parameters.FirstCalls(),
+                                    # the last method called through DDP
+                                    "last": None}
+    tensors = [t for _, t in synced_state(module)]
+    with torch.no_grad():
+        for t in tensors:
+            dist.broadcast(t, src=0)
+    check_weights_equal(module)
+
+
+def _perform(module: nn.Module, state: dict, name: str, method: Callable,
+             *args, **kwargs):
+    """Calls ``method`` through the module's DDP module."""
+    performer = state["performer"]
+    try:
+        output = performer(method, *args, **kwargs)
+    except RuntimeError as e:
+        # Raised by DDP before the method runs, about the call before this
+        # one: the raw text advises a DDP argument alf users never pass.
+        if unused_parameters.DDP_UNREDUCED in str(e):
+            raise unused_parameters.unreduced_error(
+                module, state["last"], performer.alf_auto_unused,
+                str(e)) from None
+        raise
+    state["last"] = name
+    return output
+
+
+def _new_performer(module: nn.Module, state: dict, **kwargs) -> DDP:
+    """`make_ddp_performer` (``kwargs`` override gin), with the call-order
+    hook when it is on."""
+    performer = make_ddp_performer(module, **kwargs)
+    if state["check_order"]:
+        if state["hook"] is None:
+            state["hook"] = CallOrderHook(get_world_size())
+        performer.register_comm_hook(state["hook"], call_order_comm_hook)
+    return performer
+
+
+def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
+                args: tuple, kwargs: dict):
+    """The first call of ``name`` under ``find_unused_parameters='auto'``.
+
+    The method runs outside DDP and the decision is taken on its output's
+    graph (with the outputs it will be backpropagated with, if any: see
+    `unused_parameters.FirstCalls`); then the output passes through the
+    module's DDP module (rebuilt if the decision changes the search),
+    whose forward returns it as is and prepares the reducer for its
+    backward, as if it had computed it. Running the method once, not a
+    probe and then the real call, keeps its side effects (random numbers
+    drawn, counters) those of one call.
+    """
+    output = method(module, *args, **kwargs)
+    # Tags of (method, call number) ride along, as in the gradient
+    # all-reduce: two ranks in different first calls fail here instead of
+    # pairing up their decisions.
+    tag = 0.0
+    if state["check_order"]:
+        tag = float(zlib.crc32(f"{name}#{state['calls']}".encode()) % 2**24)
+    found = state["first_calls"].decide(module, name, output, tag)
+    if not found.same_call:
+        raise call_order_error(name, state["calls"])
+    state["checked"].add(name)
+    unused = unused_parameters.describe(found.unused)
+    together = " and ".join(found.joined + [name])
+    if found.joint and found.unused:
+        # DDP's search would see only this call's output and count the
+        # earlier calls' parameters as unused: "marked ready twice".
+        raise DistributedError(
+            f"{together} are backpropagated together and leave {unused} "
+            "without gradient, which DDP cannot reduce; call backward after "
+            "each data-distributed call, or compute the losses in one "
+            "data-distributed method")
+    search = bool(found.unused)
+    if search == state["performer"].find_unused_parameters:
+        return _perform(module, state, name, lambda _module: output)
+    old = state["performer"]
+    old._remove_autograd_hooks()  # this backward is the new one's
+    if found.joint:
+        # The earlier outputs went through ``old``, whose backward (DDP's
+        # sink) needs it: this output's graph keeps it until then.
+        unused_parameters.keep_until_backward(output, old)
+    performer = state["performer"] = _new_performer(
+        module, state, find_unused_parameters=search, init_sync=False)
+    performer.alf_auto_unused = True  # later first calls are checked too
+    if get_rank() == 0 and search:
+        logging.info(
+            "%s leaves %d parameter(s) without gradient (%s): alf turned on "
+            "DDP's unused-parameter search for every data-distributed method "
+            "of %s (make_ddp_performer.find_unused_parameters = 'auto'; set "
+            "it to True to skip this first-call check)", name,
+            len(found.unused), unused, type(module).__name__)
+    elif get_rank() == 0:
+        logging.info(
+            "%s are backpropagated together and use every parameter: alf "
+            "turned DDP's unused-parameter search off again for %s", together,
+            type(module).__name__)
+    return _perform(module, state, name, lambda _module: output)
