@@ -13,9 +13,8 @@ import torch
 
 from alf.environments import suite_metadrive
 from alf.trainers.evaluator import Evaluator
+from alf.trainers.seeds import eval_seed
 from alf.data_structures import AlgStep
-
-_EVAL_SEED_OFFSET = 1_000_003  # the trainer's: Evaluator(seed=seed + this)
 
 
 class _FixedPolicy:
@@ -58,7 +57,7 @@ def main():
         env = suite_metadrive.load(num_envs=args.episodes,
                                    traffic_density=args.traffic_density,
                                    num_scenarios=count, start_seed=start)
-        evaluator = Evaluator(env, seed=args.seed + _EVAL_SEED_OFFSET)
+        evaluator = Evaluator(env, seed=eval_seed(args.seed))
         print(f"{split}: scenarios {start}-{start + count - 1}")
         for kind in ("random", "full_throttle"):
             m = evaluator.evaluate(_FixedPolicy(kind))

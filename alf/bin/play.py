@@ -91,7 +91,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
     from alf.trainers.checkpointer import Checkpointer
-    from alf.trainers.trainer import _CHECKPOINT_LAYOUT
+    from alf.trainers.run_state import CHECKPOINT_LAYOUT
     from alf.trainers.trainer_config import TrainerConfig
 
     config_file = os.path.join(root_dir, "config.gin")
@@ -129,7 +129,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
         algorithm = cfg.algorithm_ctor(
             observation_space=env.observation_space,
             action_space=env.action_space, config=cfg)
-        state = Checkpointer.load(path, _CHECKPOINT_LAYOUT)
+        state = Checkpointer.load(path, CHECKPOINT_LAYOUT)
         algorithm.load_state_dict(state["algorithm"])
         algorithm.eval()
         rows = [_episode(env, algorithm, seed + e, sampling, writer)

@@ -59,6 +59,7 @@ from alf.environments.batched import BatchedEnvironment
 from alf.trainers.actor import actor_main, decode, encode
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.preemption import Preemption
+from alf.trainers.seeds import actor_torch_seed
 from alf.utils import distributed
 from alf.utils.errors import AlfError, ConfigError, TrainingError
 
@@ -233,7 +234,8 @@ class AsyncCollector:
         state = algorithm.acting_state()
         for i, (conn, col) in enumerate(zip(self._conns, self._cols)):
             self._send(conn, ("start", env_seed + col,
-                              torch_seed + 104_729 * i, version, state))
+                              actor_torch_seed(torch_seed, i), version,
+                              state))
 
     # ---- the learner's side -----------------------------------------------
     def collect(self) -> Dict[str, torch.Tensor]:

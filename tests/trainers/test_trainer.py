@@ -217,13 +217,13 @@ def test_restart_before_any_checkpoint_sets_all_evaluations_aside(tmp_path):
 def test_full_disk_while_writing_eval_csv_is_one_line(tmp_path, monkeypatch):
     import errno
 
-    import alf.trainers.trainer as trainer_module
+    from alf.trainers import reporting
 
     def full(root_dir, env_steps, metrics, name="eval.csv"):
         raise OSError(errno.ENOSPC, "No space left on device",
                       os.path.join(root_dir, "eval.csv"))
 
-    monkeypatch.setattr(trainer_module, "append_eval_csv", full)
+    monkeypatch.setattr(reporting, "append_eval_csv", full)
     with pytest.raises(TrainingError) as info:
         Trainer(str(tmp_path), config=tiny_config(eval_interval=1)).train()
     msg = str(info.value)
@@ -343,76 +343,3 @@ def test_interrupt_during_train_iter_saves_consistent_counters(tmp_path):
     # second one (or any KeyboardInterrupt) raises wherever the loop is.
     counters = _interrupt(str(tmp_path), "train_iter", 3)
     assert counters["env_steps"] == counters["iteration"] * SPI
-
-
-def test_a_checkpoint_request_during_the_agreement_is_not_lost(
-        tmp_path, monkeypatch):
-    """SIGUSR1 can land while `_requests` waits in its all-reduce (every
-    rank gets the signal at once, and they wait there together): it must be
-    served at the next iteration, not cleared with the one just agreed."""
-    from alf.trainers import trainer as trainer_module
-    trainer = trainer_module.Trainer(
-        str(tmp_path), TrainerConfig(algorithm_ctor=PPOAlgorithm))
-    real = trainer_module.distributed.all_reduce_max
-    landed = []
-
-    def signal_during(tensor):
-        if not landed:
-            landed.append(1)
-            trainer.request_checkpoint()  # what the handler does
-        return real(tensor)
-
-    monkeypatch.setattr(trainer_module.distributed, "all_reduce_max",
-                        signal_during)
-    assert trainer._requests() == (0, False)
-    assert trainer._requests() == (0, True)
-    assert trainer._requests() == (0, False)
-
-
-def test_best_checkpoint_follows_the_best_evaluation_across_resumes(
-        tmp_path, monkeypatch):
-    """best.pt is rewritten only when an evaluation beats every earlier
-    one, including a resumed run's earlier ones; it is never one of the
-    checkpoints that max_checkpoints deletes."""
-    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, max_checkpoints=1)
-
-    def trainer():
-        t = Trainer(str(tmp_path), cfg)
-        t._checkpointer = Checkpointer(str(tmp_path / "ckpt"), 1)
-        t._best, t._best_pending = None, None
-        monkeypatch.setattr(t, "_state", lambda: {"at": t.env_steps})
-        return t
-
-    first = trainer()
-    for steps, ret in [(100, 5.0), (200, 9.0), (300, 7.0)]:
-        first.env_steps = steps
-        first._keep_best({"average_return": ret})
-        first._save_best()
-        first._checkpointer.save({"at": steps}, steps)
-    best = first._checkpointer.best()
-    assert (best["env_steps"], best["value"]) == (200, 9.0)
-    assert torch.load(best["path"], weights_only=True) == {"at": 200}
-    resumed = trainer()
-    resumed.env_steps = 400
-    resumed._keep_best({"average_return": 8.0})  # below the earlier 9
-    resumed._save_best()
-    assert resumed._checkpointer.best()["env_steps"] == 200
-    resumed._keep_best({"average_return": float("nan")})
-    resumed._save_best()
-    resumed.env_steps = 500
-    resumed._keep_best({"average_return": 9.5})
-    resumed._save_best()
-    assert resumed._checkpointer.best()["env_steps"] == 500
-    assert sorted(os.listdir(tmp_path / "ckpt")) == [
-        "best.json", "best.pt", "ckpt-300.pt"]
-
-
-def test_an_unknown_best_metric_is_refused():
-    from alf.trainers.trainer import _check_best_metric
-    from alf.utils.errors import ConfigError
-    _check_best_metric("route_completion", ("route_completion", ))
-    _check_best_metric(None, ())
-    with pytest.raises(ConfigError, match="best_metric='sucess_rate' .*"
-                       "valid: average_return, average_episode_length, "
-                       "success_rate or None"):
-        _check_best_metric("sucess_rate", ("success_rate", ))

@@ -1,0 +1,214 @@
+"""What a run tells its user: TensorBoard summaries, the ``eval.csv`` rows,
+the console lines, and the throughput they quote.
+
+Rank 0 writes and logs; the other ranks join the collectives (the episode
+statistics) and measure their own throughput.
+"""
+import contextlib
+import os
+import time
+from typing import (TYPE_CHECKING, Callable, Dict, Iterator, Optional,
+                    Tuple)
+
+import torch
+from absl import logging
+
+from alf.trainers.collection_counts import CollectionCounts
+from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.evaluator import (EVAL_CSV, HELD_OUT_CSV, append_eval_csv,
+                                    set_aside_later_rows)
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+#: Each kind of evaluation: its TensorBoard folder (also its tags' prefix)
+#: and its CSV file in ROOT_DIR.
+EVALUATIONS = {"eval": EVAL_CSV, "eval_held_out": HELD_OUT_CSV}
+
+
+class Reporter:
+    """Writes summaries and evaluations, logs progress, measures throughput.
+
+    Args:
+        root_dir: the run's folder (TensorBoard folders and CSV files).
+        episodes: the training episodes' statistics.
+        counts: what the ranks collected (per-rank summaries, preemption).
+        actor_cpu: the actors' CPU ms per env step (all of it, the part in
+            the environments' step), or None where not measured.
+        device: where the training statistics are (copied to the host once).
+        num_env_steps: the run's budget of env steps (global).
+        log_interval_seconds: the least time between progress lines.
+        is_chief: whether this is rank 0, which writes.
+        world_size: the number of ranks.
+    """
+
+    def __init__(self, root_dir: str, episodes: EpisodeStats,
+                 counts: CollectionCounts,
+                 actor_cpu: Callable[[], Optional[Tuple[float, float]]],
+                 device: torch.device, num_env_steps: int,
+                 log_interval_seconds: float, is_chief: bool,
+                 world_size: int):
+        self._root_dir = root_dir
+        self._episodes = episodes
+        self._counts = counts
+        self._actor_cpu = actor_cpu
+        self._device = device
+        self._num_env_steps = num_env_steps
+        self._log_interval = log_interval_seconds
+        self._is_chief = is_chief
+        self._world_size = world_size
+        self._writers: Dict[str, "SummaryWriter"] = {}
+        self._purge_step = 1  # set by `open`
+        # Throughput since `start_clock`: evaluation time is left out; the
+        # learner's CPU seconds (train_iter, this rank) are added up.
+        now = time.time()
+        self._start_time, self._start_steps, self._start_iteration = now, 0, 0
+        self._eval_seconds = 0.0
+        self._learner_cpu = 0.0
+        self._last_log = now
+
+    # ---- set-up -----------------------------------------------------------
+    def open(self, env_steps_at_start: int) -> None:
+        """Opens the training summaries (rank 0), once the run knows where
+        it resumes from."""
+        # Resumed: TensorBoard then hides the earlier run's events after the
+        # checkpoint (its discarded future), as eval.csv sets them aside. A
+        # start without a checkpoint hides all earlier events (from a run
+        # that failed before its first checkpoint).
+        self._purge_step = env_steps_at_start + 1
+        if self._is_chief:
+            self._writer("train")
+
+    def start_clock(self, iteration: int, env_steps: int) -> None:
+        """Starts measuring throughput (collection has started)."""
+        now = time.time()
+        self._start_time, self._start_steps = now, env_steps
+        self._start_iteration = iteration
+        self._eval_seconds = self._learner_cpu = 0.0
+        self._last_log = now
+
+    def set_aside_discarded_evaluations(self, env_steps: int) -> None:
+        """Moves the evaluations after ``env_steps`` out of the CSV files:
+        they come from training this run discards, and it will evaluate
+        those steps again."""
+        for name in EVALUATIONS.values():
+            aside = set_aside_later_rows(self._root_dir, env_steps, name)
+            if aside:
+                logging.warning(
+                    "%s has evaluations after %d env steps, from training "
+                    "beyond the checkpoint resumed from (or from a run "
+                    "without checkpoint); moved them to %s", name,
+                    env_steps, aside)
+
+    def _writer(self, name: str) -> "SummaryWriter":
+        if name not in self._writers:
+            # Imported here: tensorboard is slow to import, and a run that
+            # is refused writes no event file.
+            from torch.utils.tensorboard import SummaryWriter
+            self._writers[name] = SummaryWriter(
+                os.path.join(self._root_dir, name),
+                purge_step=self._purge_step)
+        return self._writers[name]
+
+    # ---- training ---------------------------------------------------------
+    def add_learner_cpu(self, seconds: float) -> None:
+        """Counts CPU seconds this rank's learner spent in ``train_iter``."""
+        self._learner_cpu += seconds
+
+    def steps_per_second(self, env_steps: int) -> float:
+        """Training throughput since `start_clock`, excluding evaluation
+        time."""
+        elapsed = time.time() - self._start_time - self._eval_seconds
+        return (env_steps - self._start_steps) / max(elapsed, 1e-9)
+
+    def summarize(self, env_steps: int,
+                  stats: Dict[str, torch.Tensor]) -> None:
+        """Writes the iteration's training statistics, the episodes' and
+        the ranks' since the last call, and the throughput (a collective:
+        every rank calls it)."""
+        episodes = self._episodes.take_interval()  # collective: every rank
+        if not self._is_chief:
+            return
+        w = self._writer("train")
+        # One device-to-host copy for all of them (some may be on a GPU).
+        values = torch.stack([v.detach().float().to(self._device)
+                              for v in stats.values()]).tolist() if stats \
+            else []  # an off-policy algorithm still collecting
+        for name, value in zip(stats, values):
+            w.add_scalar(f"train/{name}", value, env_steps)
+        for name, value in episodes.items():
+            w.add_scalar(f"rollout/{name}", value, env_steps)
+        for name, value in self._counts.take_summaries().items():
+            w.add_scalar(name, value, env_steps)
+        w.add_scalar("time/steps_per_second", self.steps_per_second(env_steps),
+                     env_steps)
+        w.flush()
+
+    def log_progress(self, iteration: int, env_steps: int,
+                     final: bool) -> None:
+        """The console's progress line (rank 0), at most every
+        ``log_interval_seconds`` and after the last iteration."""
+        now = time.time()
+        if not self._is_chief or (now - self._last_log < self._log_interval
+                                  and not final):
+            return
+        self._last_log = now
+        rate = self.steps_per_second(env_steps)
+        left = self._num_env_steps - env_steps
+        # The learner's CPU per env step of this rank: with ranks alike,
+        # also all learners' core time per global env step.
+        local_steps = (env_steps - self._start_steps) / self._world_size
+        actors = self._actor_cpu()
+        iters = max(iteration - self._start_iteration, 1)
+        preempted = ", ".join(
+            f"rank{r} {p / iters:.0%}" for r, p in
+            enumerate(self._counts.preempted_iterations()))
+        logging.info(
+            "iter %d | env steps %d/%d | %.0f steps/s | recent return "
+            "%.2f | time left %s | learner %.3f ms CPU/step%s%s",
+            iteration, env_steps, self._num_env_steps,
+            rate, self._episodes.recent_return(),
+            time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
+            1000 * self._learner_cpu / max(local_steps, 1),
+            "" if actors is None else
+            " | actors %.3f ms CPU/step (env step %.3f)" % actors,
+            f" | preempted {preempted}" if self._counts.preempting else "")
+
+    # ---- evaluation -------------------------------------------------------
+    @contextlib.contextmanager
+    def evaluation_time(self) -> Iterator[None]:
+        """Leaves the time spent inside out of the throughput."""
+        start = time.time()
+        yield
+        self._eval_seconds += time.time() - start
+
+    def record_evaluation(self, kind: str, metrics: Dict[str, float],
+                          env_steps: int) -> None:
+        """Writes an evaluation's metrics to TensorBoard and its CSV file.
+
+        Args:
+            kind: a key of `EVALUATIONS`.
+            metrics: the evaluation's metrics.
+            env_steps: the env steps trained when it was taken.
+        """
+        w = self._writer(kind)
+        for name, value in metrics.items():
+            w.add_scalar(f"{kind}/{name}", value, env_steps)
+        w.flush()
+        append_eval_csv(self._root_dir, env_steps, metrics, EVALUATIONS[kind])
+
+    def log_evaluation(self, env_steps: int, metrics: Dict[str, float],
+                       held_out: Optional[Dict[str, float]] = None) -> None:
+        """The console's line for an evaluation (and its held-out one)."""
+        other = "" if held_out is None else (
+            "; held-out: return %.2f, episode length %.1f" % (
+                held_out["average_return"],
+                held_out["average_episode_length"]))
+        logging.info("eval at %d env steps: return %.2f, episode length "
+                     "%.1f%s", env_steps, metrics["average_return"],
+                     metrics["average_episode_length"], other)
+
+    def close(self) -> None:
+        """Closes the TensorBoard writers."""
+        for w in self._writers.values():
+            w.close()

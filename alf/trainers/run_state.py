@@ -1,0 +1,212 @@
+"""A run's state on disk: what a checkpoint holds and how a run resumes
+from it, the best checkpoint, and the operative config.
+
+`Checkpointer` (beside this file) stores and finds the files; `RunState`
+decides what goes into them and puts it back.
+"""
+import math
+import os
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+
+import gin
+import torch
+from absl import logging
+
+from alf.algorithms.rl_algorithm import RLAlgorithm
+from alf.trainers.checkpointer import Checkpointer, describe_mismatch
+from alf.trainers.episode_stats import EpisodeStats
+from alf.utils import distributed
+from alf.utils.errors import AlfError, CheckpointError, ConfigError
+
+#: What `RunState.state` writes, checked before a checkpoint is used. Every
+#: checkpoint alf wrote has it ("format": 1), so changing a key here makes
+#: earlier runs unresumable.
+CHECKPOINT_LAYOUT = {
+    "algorithm": dict, "optimizers": list,
+    "counters": {"iteration": int, "env_steps": int, "episodes": int},
+    "rng": {"torch": torch.Tensor}}
+
+
+class Resumed(NamedTuple):
+    """The loop's counters from a checkpoint, and the torch RNG state of
+    the rank that saved it."""
+    path: str
+    iteration: int
+    env_steps: int
+    rng: torch.Tensor
+
+
+class RunState:
+    """Checkpoints the algorithm, its optimizers, the loop's counters and
+    torch's RNG; restores them on every rank; keeps the best checkpoint.
+
+    Only rank 0 (``is_chief``) writes; every rank restores.
+
+    Args:
+        root_dir: the run's folder (checkpoints go to ``ROOT_DIR/ckpt``).
+        algorithm: what is trained (its weights and optimizers are saved).
+        episodes: the training episodes' statistics (their count is saved).
+        is_chief: whether this is rank 0.
+        max_checkpoints: regular checkpoints kept (None: all).
+        best_metric: the evaluation metric ``best.pt`` maximises (None:
+            no best checkpoint).
+        episode_metrics: the environments' episode metrics, which
+            evaluations report besides return and episode length.
+
+    Raises:
+        ConfigError: ``best_metric`` is not a metric evaluations report.
+    """
+
+    def __init__(self, root_dir: str, algorithm: RLAlgorithm,
+                 episodes: EpisodeStats, is_chief: bool,
+                 max_checkpoints: Optional[int] = 5,
+                 best_metric: Optional[str] = None,
+                 episode_metrics: Sequence[str] = ()):
+        check_best_metric(best_metric, episode_metrics)
+        self.root_dir = root_dir
+        self.checkpointer = Checkpointer(os.path.join(root_dir, "ckpt"),
+                                         max_checkpoints)
+        self._algorithm = algorithm
+        self._episodes = episodes
+        self._is_chief = is_chief
+        self._best_metric = best_metric
+        # The best value so far (None: read best.json when first needed),
+        # and a better evaluation whose best.pt is still to be written.
+        self._best: Optional[float] = None
+        self._best_pending: Optional[Tuple[str, float]] = None
+
+    def state(self, iteration: int, env_steps: int) -> dict:
+        """What a checkpoint holds (see `CHECKPOINT_LAYOUT`)."""
+        return {
+            "format": 1,
+            "algorithm": self._algorithm.state_dict(),
+            "optimizers": self._algorithm.optimizer_state_dict(),
+            "counters": {"iteration": iteration,
+                         "env_steps": env_steps,
+                         "episodes": self._episodes.total_episodes},
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+    def save(self, iteration: int, env_steps: int) -> Optional[str]:
+        """Writes a regular checkpoint on rank 0; returns its path (None on
+        other ranks)."""
+        if not self._is_chief:
+            return None
+        return self.checkpointer.save(self.state(iteration, env_steps),
+                                      env_steps)
+
+    def restore(self) -> Optional[Resumed]:
+        """Loads the latest checkpoint into the algorithm, its optimizers
+        and the episode count, on every rank (a collective).
+
+        Returns:
+            The counters to resume from, or None without a checkpoint.
+
+        Raises:
+            CheckpointError: the checkpoint is unreadable, not one of this
+                trainer's, or does not fit the algorithm.
+        """
+        # Rank 0 reads the checkpoint and sends it to the others, so that
+        # ranks on other machines need not see ROOT_DIR. Everything is
+        # restored on every rank, the optimizer state included: DDP only
+        # broadcasts parameters and buffers.
+        path, state, error = None, None, None
+        if self._is_chief:
+            path = self.checkpointer.latest()
+            try:
+                state = (Checkpointer.load(path, CHECKPOINT_LAYOUT) if path
+                         else None)
+            except AlfError as e:
+                error = e
+        path, state, error = distributed.broadcast_object((path, state, error))
+        if error is not None:
+            raise error
+        if state is None:
+            return None
+        alg = self._algorithm
+        try:
+            alg.load_state_dict(state["algorithm"])
+            alg.load_optimizer_state_dict(state["optimizers"])
+            counters = state["counters"]
+        except (KeyError, RuntimeError, ValueError) as e:
+            # torch's message lists every difference on its own line; name
+            # the first one (the tensor and both shapes) instead.
+            why = (describe_mismatch(state["algorithm"], alg.state_dict())
+                   or _first_detail(e))
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this config ({why}); use "
+                "another --root_dir or the config it was trained with") from e
+        self._episodes.total_episodes = counters["episodes"]
+        resumed = Resumed(path, counters["iteration"], counters["env_steps"],
+                          state["rng"]["torch"])
+        if self._is_chief:
+            logging.info("resumed from %s (iteration %d, %d env steps)", path,
+                         resumed.iteration, resumed.env_steps)
+        return resumed
+
+    def keep_best(self, metrics: Dict[str, float]) -> None:
+        """Marks this evaluation for ``best.pt`` (`save_best`) when it
+        beats every earlier one of the run (this process's and, resumed,
+        the earlier ones')."""
+        name = self._best_metric
+        value = metrics.get(name, float("nan")) if name else float("nan")
+        if math.isnan(value):
+            return
+        if self._best is None:
+            info = self.checkpointer.best()
+            self._best = (info["value"] if info and info["metric"] == name
+                          else -math.inf)
+        if value > self._best:
+            self._best = value
+            self._best_pending = (name, value)
+
+    def save_best(self, iteration: int, env_steps: int) -> None:
+        """Writes the `keep_best` found, if any (after the iteration's
+        regular checkpoint: on a full disk, that is the write that
+        reports)."""
+        if self._best_pending is not None:
+            name, value = self._best_pending
+            self._best_pending = None
+            self.checkpointer.save_best(self.state(iteration, env_steps),
+                                        env_steps, name, value)
+
+    def save_operative_config(self, env_steps: int) -> None:
+        """Writes gin's operative config to ``ROOT_DIR/config.gin``; a
+        resumed run whose config differs writes
+        ``config-resumed-<env_steps>.gin`` instead."""
+        text = gin.operative_config_str()
+        path = os.path.join(self.root_dir, "config.gin")
+        if os.path.exists(path):
+            with open(path) as f:
+                if f.read() == text:
+                    return
+            # Never overwrite what an earlier run wrote.
+            path = os.path.join(self.root_dir,
+                                f"config-resumed-{env_steps}.gin")
+            logging.warning("the config differs from %s/config.gin; saving "
+                            "this run's as %s", self.root_dir, path)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+
+
+def check_best_metric(name: Optional[str],
+                      episode_metrics: Sequence[str]) -> None:
+    """Refuses a ``best_metric`` that evaluations do not report.
+
+    Raises:
+        ConfigError: naming the metrics that are valid.
+    """
+    valid = ("average_return", "average_episode_length", *episode_metrics)
+    if name is not None and name not in valid:
+        raise ConfigError(f"TrainerConfig.best_metric={name!r} is not an "
+                          f"evaluation metric here; valid: "
+                          f"{', '.join(valid)} or None")
+
+
+def _first_detail(error: Exception) -> str:
+    """The first informative line of a load_state_dict error."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    detail = lines[1] if len(lines) > 1 else (lines[0] if lines else
+                                              type(error).__name__)
+    return detail[:300]

@@ -1,0 +1,69 @@
+"""Tests of alf/trainers/stop_requests.py: signals become requests, and
+the ranks agree on them (the CLI's signal tests are in tests/bin)."""
+import os
+import signal
+
+import pytest
+
+from alf.trainers import stop_requests
+from alf.trainers.stop_requests import StopRequests, install_handlers
+
+
+def test_a_checkpoint_request_during_the_agreement_is_not_lost(
+        monkeypatch):
+    """SIGUSR1 can land while `agree` waits in its all-reduce (every rank
+    gets the signal at once, and they wait there together): it must be
+    served at the next iteration, not cleared with the one just agreed."""
+    requests = StopRequests()
+    real = stop_requests.distributed.all_reduce_max
+    landed = []
+
+    def signal_during(tensor):
+        if not landed:
+            landed.append(1)
+            requests.request_checkpoint()  # what the handler does
+        return real(tensor)
+
+    monkeypatch.setattr(stop_requests.distributed, "all_reduce_max",
+                        signal_during)
+    assert requests.agree() == (0, False)
+    assert requests.agree() == (0, True)
+    assert requests.agree() == (0, False)
+
+
+def test_the_first_stop_signal_is_the_one_kept():
+    requests = StopRequests()
+    assert requests.agree() == (0, False)
+    requests.request_stop(signal.SIGTERM)
+    requests.request_stop(signal.SIGINT)
+    assert requests.signal == signal.SIGTERM
+    assert requests.agree() == (signal.SIGTERM, False)
+
+
+def test_handlers_turn_signals_into_requests_and_are_restored():
+    before = {s: signal.getsignal(s)
+              for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    requests = StopRequests()
+    restore = install_handlers(requests, world_size=1, is_chief=True)
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert requests.agree() == (0, True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert requests.signal == signal.SIGTERM
+        # A repeated Ctrl-C in a single process interrupts at once.
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        restore()
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_under_a_launcher_repeated_signals_are_ignored():
+    requests = StopRequests()
+    restore = install_handlers(requests, world_size=2, is_chief=False)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt
+        assert requests.signal == signal.SIGINT
+    finally:
+        restore()
