@@ -38,7 +38,8 @@ def main():
     results = train_runs(args.gin_file, root, range(args.seeds), params,
                          parallel=args.parallel, extra_args=args.extra)
     print(f"{args.gin_file} {' '.join(args.extra)}: runs in {root}")
-    print(f"{'seed':>4s} {'first env steps with return >= ' + str(int(args.threshold)):>38s}"
+    first = f"first env steps with return >= {int(args.threshold)}"
+    print(f"{'seed':>4s} {first:>38s}"
           f" {'best return':>12s} {'final return':>13s}")
     passed = 0
     for seed, curve in sorted(results.items()):

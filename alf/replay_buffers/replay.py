@@ -128,7 +128,9 @@ class Replay(abc.ABC):
             all 1) and the loss scale.
         """
 
-    def update_priorities(self, indices: Optional[torch.Tensor],
+    # Not abstract: a no-op is the right default (uniform replay has no
+    # priorities).
+    def update_priorities(self, indices: Optional[torch.Tensor],  # noqa: B027
                           priorities) -> None:
         """Takes per-item priorities (e.g. |TD error|) of the items a
         `sample` returned; strategies without priorities ignore them."""

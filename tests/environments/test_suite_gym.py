@@ -299,7 +299,7 @@ def test_asynchronous_sets_up_only_the_workers(envs):
     assert signal.getsignal(signal.SIGINT) is handler
     assert _parent_death_signal() == death
     with open(f"/proc/{env._env.processes[0].pid}/status") as f:
-        ignored = next(l for l in f if l.startswith("SigIgn:")).split()[1]
+        ignored = next(ln for ln in f if ln.startswith("SigIgn:")).split()[1]
     assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
 
 

@@ -54,7 +54,7 @@ def _random_actions(n: int, generator: torch.Generator) -> torch.Tensor:
 
 def _sigint_ignored(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as f:
-        line = next(l for l in f if l.startswith("SigIgn:"))
+        line = next(ln for ln in f if ln.startswith("SigIgn:"))
     return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
 
 

@@ -5,7 +5,6 @@ import time
 
 import gymnasium as gym
 import pytest
-import torch
 import torch.distributed as dist
 
 from alf.algorithms.dqn_algorithm import DQNAlgorithm

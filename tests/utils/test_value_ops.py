@@ -24,7 +24,8 @@ TRUNCATED = [[False, False], [False, False], [False, True], [False, False]]
 
 
 def _inputs(rewards=REWARDS, values=VALUES, next_values=NEXT_VALUES):
-    f = lambda x: torch.tensor(x, dtype=torch.float64)
+    def f(x):
+        return torch.tensor(x, dtype=torch.float64)
     return dict(rewards=f(rewards), values=f(values),
                 next_values=f(next_values),
                 terminated=torch.tensor(TERMINATED),

@@ -57,5 +57,6 @@ __all__ = [
     "standardize_parts", "check_weights_equal", "broadcast_object",
     "local_device", "uses_gpus", "collective_timeout", "rendezvous_file",
     "remove_rendezvous", "is_peer_failure", "peer_failure_reason", "store",
-    "silent_ranks"
+    "silent_ranks", "call_order_check", "FIND_UNUSED_PARAMETERS",
+    "synced_state"
 ]
