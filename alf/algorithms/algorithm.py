@@ -97,7 +97,8 @@ class Algorithm(nn.Module):
             The gradient norm before clipping (0 without ``max_grad_norm``).
         """
         # What zero_grad(set_to_none=True) does, without its per-call
-        # profiler and dynamo wrappers (~30 us, at one update per ms).
+        # profiler and dynamo wrappers (a few percent of a ~1 ms update;
+        # docs/benchmarks.md).
         for group in self._param_groups():
             for p in group["params"]:
                 p.grad = None

@@ -45,9 +45,8 @@ class CriticEnsemble(nn.Module):
 
     Each critic is a chain of ``F.linear`` calls on nn.Linear-layout
     weights. A single batched matmul per layer over [k, in, out] stacked
-    weights was measured slower on CPU (1 thread, batch 256: forward and
-    backward 3.6-3.8 ms against 3.55 ms for two 256x256 critics): MKL's
-    batched kernels are slow for the skinny first and last layers.
+    weights measured slower on CPU (docs/benchmarks.md): MKL's batched
+    kernels are slow for the skinny first and last layers.
 
     Args:
         observation_space, action_space: Box spaces.

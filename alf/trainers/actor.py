@@ -89,8 +89,8 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
 
 def encode(message) -> bytes:
     """A message as bytes, its CPU tensors as numpy arrays: pickling a torch
-    tensor costs ~20x a numpy array's (measured: 0.3-0.5 ms for a 22 KB
-    policy, more than acting on one step)."""
+    tensor costs many times a numpy array's, more than acting on one step
+    (docs/benchmarks.md)."""
     return pickle.dumps(nest.map_structure(_to_numpy, message),
                         protocol=pickle.HIGHEST_PROTOCOL)
 

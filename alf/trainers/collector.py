@@ -12,8 +12,7 @@ Two collectors with one interface (`describe`, `start`, `collect`,
   for the learner, which trains on one unroll while the actors collect the
   next with the policy it last sent them (`publish`). Nothing of the actors
   shares the learner's interpreter (a thread there would fight the learner
-  for the GIL: measured, the learner's many small torch calls then ran up
-  to twice as slow).
+  for the GIL and slow its many small torch calls; docs/benchmarks.md).
 
 Policy versions: version ``v`` is the policy after ``v`` training
 iterations, and the learner trains on unroll ``u`` at version ``u``. A step

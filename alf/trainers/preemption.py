@@ -25,10 +25,10 @@ steps (``r``: this rank's collection rate) and saves ``dt`` seconds for the
 whole run, which raises the run's env steps/s ``R`` exactly when ``r < R``.
 Where the learner dominates an iteration (CartPole's 20 epochs), even a
 2x-slower rank collects faster than ``R`` and DD-PPO's rule alone lowers
-the throughput (measured: 0.69 against 0.87 of no straggler without
-preemption). The ``"throughput"`` rule (the default) therefore also asks
-``r < R``, with ``R`` the run's recent rate (`set_run_rate`); ``"always"``
-is DD-PPO's rule alone. Asynchronous collection drops nothing (actors go
+the throughput below no preemption at all (docs/benchmarks.md). The
+``"throughput"`` rule (the default) therefore also asks ``r < R``, with
+``R`` the run's recent rate (`set_run_rate`); ``"always"`` is DD-PPO's
+rule alone. Asynchronous collection drops nothing (actors go
 on with the next unroll), so its cut follows the count alone.
 """
 import math

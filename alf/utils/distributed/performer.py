@@ -80,7 +80,8 @@ def make_ddp_performer(module: nn.Module,
             Off by default: buffers are broadcast once at `activate_ddp`,
             and state that changes outside backward is kept equal by its
             owner (normalisers all-reduce their statistics) and verified by
-            `check_weights_equal`; a per-call broadcast cost 0.5-1 ms on CPU.
+            `check_weights_equal`; a per-call broadcast costs more than a
+            small update (docs/benchmarks.md).
             Replay-buffer storage is always excluded.
         init_sync: let DDP check shapes and broadcast rank 0's state (not
             settable from gin). False when rebuilt during a call: the
