@@ -6,7 +6,7 @@ import logging
 import os
 import re
 import tokenize
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Set
 
 import gin
 
@@ -115,7 +115,7 @@ def _check_values() -> None:
                 f"of {', '.join(repr(v) for v in valid)}")
 
 
-_search_paths = set()  # folders given to gin.add_config_file_search_path
+_search_paths: Set[str] = set()  # folders given to gin.add_config_file_search_path
 
 
 def _syntax_error(err: SyntaxError, gin_params: List[str],
@@ -132,7 +132,8 @@ def _syntax_error(err: SyntaxError, gin_params: List[str],
     if err.filename and err.lineno:
         matches = [p for p in paths if p.endswith(os.sep + err.filename)]
         where = matches[0] if len(matches) == 1 else err.filename
-        text = f": {err.text.strip()}" if (err.text or "").strip() else ""
+        stripped = (err.text or "").strip()
+        text = f": {stripped}" if stripped else ""
         return (f"bad gin configuration: {msg} in {where}, line "
                 f"{err.lineno}{text}")
     return f"bad gin configuration: {one_line(err)}"

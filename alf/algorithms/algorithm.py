@@ -56,7 +56,7 @@ class Algorithm(nn.Module):
         live; follows `.to`."""
         device = self.__dict__.get("_device")
         if device is None:
-            tensor = next(self.parameters(), None)
+            tensor: Optional[torch.Tensor] = next(self.parameters(), None)
             if tensor is None:
                 tensor = next(self.buffers(), torch.empty(0))
             device = self.__dict__["_device"] = tensor.device

@@ -51,6 +51,8 @@ class DQNAlgorithm(OffPolicyAlgorithm):
     supported_action_spaces = (gym.spaces.Discrete, )
     action_space_hint = "use SACAlgorithm for continuous actions"
 
+    num_updates: torch.Tensor
+
     def __init__(self, observation_space, action_space, config,
                  q_network_ctor: Callable = QNetwork,
                  learning_rate: float = 1e-4, adam_eps: float = 1e-8,

@@ -15,7 +15,7 @@ it owns the buffer, draws minibatches and takes the priorities the loss
 returns. `UniformReplay` is the default.
 """
 import os
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -140,6 +140,8 @@ class OffPolicyAlgorithm(RLAlgorithm):
         space = self.action_space
         if isinstance(space, gym.spaces.Discrete):
             return torch.randint(int(space.n), (n, ), device=self.device)
+        # Discrete and Box are the kinds of space this method handles.
+        assert isinstance(space, gym.spaces.Box), space
         low = torch.as_tensor(space.low, device=self.device)
         high = torch.as_tensor(space.high, device=self.device)
         return low + (high - low) * torch.rand((n, ) + low.shape,
@@ -186,6 +188,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
         means = torch.stack(stats).mean(0)
         if not torch.isfinite(means[0]):
             raise TrainingError(f"non-finite {type(self).__name__} loss")
+        assert names is not None  # set by the first update
         return dict(zip(names, means.unbind(0)))
 
     def minibatch_loss(self, batch: Experience,
@@ -227,8 +230,8 @@ def polyak_update(target: torch.nn.Module, source: torch.nn.Module,
                   tau: float) -> None:
     """``target = (1 - tau) * target + tau * source``, parameter by parameter
     (``tau = 1`` copies)."""
-    t = list(target.parameters())
-    s = list(source.parameters())
+    t: List[torch.Tensor] = list(target.parameters())
+    s: List[torch.Tensor] = list(source.parameters())
     if tau >= 1.0:
         torch._foreach_copy_(t, s)
     else:

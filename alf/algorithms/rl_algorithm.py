@@ -1,5 +1,5 @@
 """RL algorithm bases: observation normalisation and on-policy training."""
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, Iterator, Optional, Tuple, Type
 
 import gymnasium as gym
 import torch
@@ -168,7 +168,8 @@ class RLAlgorithm(Algorithm):
             self.observation_normalizer.commit()
 
 
-def _acting_modules(module: torch.nn.Module, prefix: str = ""):
+def _acting_modules(module: torch.nn.Module, prefix: str = ""
+                    ) -> Iterator[Tuple[str, torch.nn.Module]]:
     """(state-dict prefix, module) of ``module`` and its submodules, replay
     buffers (and what they hold) left out."""
     if module is None or isinstance(module, ReplayBuffer):

@@ -96,6 +96,9 @@ class SACAlgorithm(OffPolicyAlgorithm):
     needs_bounded_actions = True
     action_space_hint = "use DQNAlgorithm for discrete actions"
 
+    _action_scale: torch.Tensor
+    _action_center: torch.Tensor
+
     def __init__(self, observation_space, action_space, config,
                  actor_ctor: Callable = SquashedGaussianActor,
                  critic_ctor: Callable = CriticEnsemble,

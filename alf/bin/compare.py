@@ -30,7 +30,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import (Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 from absl import app, flags
@@ -67,6 +68,9 @@ FLAGS = flags.FLAGS
 
 EXIT_AGREE, EXIT_ERROR, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 3, 130
 Run = Tuple[str, int]  # (side name, seed)
+# Env steps and returns: lists, or arrays as `align` makes them.
+_Ints = Union[Sequence[int], np.ndarray]
+_Floats = Union[Sequence[float], np.ndarray]
 # A side's name is a folder under --root_dir and a field of compare.csv.
 _NAME = re.compile(r"[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*")
 
@@ -221,7 +225,9 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
         AlfError: naming the first run that failed and its log (runs still
             going get SIGINT: train.py saves a checkpoint and stops).
     """
-    pending, running = list(jobs), {}  # Popen -> (run, log, offset, start)
+    pending = list(jobs)
+    # Popen -> (run, log, offset, start)
+    running: Dict[subprocess.Popen, Tuple[Run, str, int, float]] = {}
     try:
         while pending or running:
             while pending and len(running) < parallel:
@@ -287,7 +293,7 @@ def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None
                   for run, c in curves.items()}
 
 
-def normalized_auc(steps: Sequence[float], values: Sequence[float]) -> float:
+def normalized_auc(steps: _Floats, values: _Floats) -> float:
     """Trapezoid area under ``values`` over ``steps``, divided by the step
     span: the curve's average height (the value itself for a single step)."""
     steps, values = np.asarray(steps, float), np.asarray(values, float)
@@ -298,7 +304,7 @@ def normalized_auc(steps: Sequence[float], values: Sequence[float]) -> float:
     return float(area / (steps[-1] - steps[0]))
 
 
-def final_return(values: Sequence[float], last: int = 3) -> float:
+def final_return(values: _Floats, last: int = 3) -> float:
     """Mean of the last ``last`` values (one evaluation is noisy)."""
     return float(np.mean(np.asarray(values, float)[-last:]))
 
@@ -369,8 +375,8 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
     return agree, lines
 
 
-def write_compare_csv(path: str, grid: Sequence[int],
-                      values: Dict[Run, Sequence[float]]) -> None:
+def write_compare_csv(path: str, grid: _Ints,
+                      values: Mapping[Run, _Floats]) -> None:
     """Writes ``env_steps,mode,seed,average_return``: one row per run per
     grid step (long format; ``mode`` is the side's name), runs in the order
     of ``values``."""
@@ -381,7 +387,7 @@ def write_compare_csv(path: str, grid: Sequence[int],
                          for s, v in zip(grid, vals))
 
 
-def plot(path: str, grid: Sequence[int], values: Dict[Run, np.ndarray],
+def plot(path: str, grid: _Ints, values: Dict[Run, np.ndarray],
          title: str) -> None:
     """Saves each side's mean curve and min-max band over seeds, labelled
     with the side's name."""
@@ -472,7 +478,7 @@ def main(argv: List[str]) -> int:
     except (AlfError, OSError) as e:
         print(f"alf.bin.compare: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
-    stats = {}
+    stats: Dict[str, Dict[int, Dict[str, float]]] = {}
     for (name, seed), v in values.items():
         stats.setdefault(name, {})[seed] = {"final": final_return(v),
                                             "auc": normalized_auc(grid, v)}

@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 import traceback
+from multiprocessing.process import BaseProcess
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from alf.utils import process
@@ -143,7 +144,7 @@ def _stop_resource_tracker() -> None:
 class _Round:
     """One start of all ranks: what happened to them, and why it ended."""
 
-    def __init__(self, procs: List[mp.Process]):
+    def __init__(self, procs: Sequence[BaseProcess]):
         self.procs = procs
         self.signal: Optional[int] = None  # a stop signal the launcher got
         # Ranks that ended on their own with a failure: rank -> (t, code).
@@ -165,8 +166,8 @@ class _Round:
                         r for r, q in enumerate(self.procs) if q.is_alive()]
                     self.stopped = [
                         r for r in self.alive_at_failure
-                        if process.stat_fields(self.procs[r].pid)[:1] ==
-                        ["T"]]
+                        if (pid := self.procs[r].pid) is not None
+                        and process.stat_fields(pid)[:1] == ["T"]]
                 self.deaths[rank] = (time.time(), p.exitcode)
 
     def cause(self, timeout_hint: str) -> Optional[Tuple[str, bool]]:

@@ -125,6 +125,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
                           f"is missing ({one_line(e)}): pip install "
                           "'alf[video]'") from e
     check_environment(env, cfg.env_load_fn)
+    assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:
         algorithm = cfg.algorithm_ctor(
             observation_space=env.observation_space,
@@ -191,7 +192,8 @@ class _VideoWriter:
         except OSError as e:
             raise ConfigError(f"--record_file={path!r} cannot be written "
                               f"({e.strerror or e})") from e
-        self.path, self.fps, self.frames = path, fps, []
+        self.path, self.fps = path, fps
+        self.frames: List[np.ndarray] = []
 
     def add(self, frame: np.ndarray) -> None:
         frame = np.array(frame, dtype=np.uint8)
@@ -213,8 +215,10 @@ class _VideoWriter:
                            optimize=False, disposal=1)
         else:
             import imageio.v2 as imageio
-            with imageio.get_writer(tmp, fps=self.fps,
-                                    macro_block_size=1) as w:
+            # Not ``with ... as w``: imageio's stub types what __enter__
+            # returns as the base class, which has no append_data.
+            w = imageio.get_writer(tmp, fps=self.fps, macro_block_size=1)
+            with w:
                 for f in self.frames:
                     w.append_data(f)
         os.replace(tmp, self.path)

@@ -52,8 +52,9 @@ class SlowedEnvironment(BatchedEnvironment):
         super().__init__(env.num_envs, env.observation_space,
                          env.action_space)
         self._env, self._extra = env, slowdown - 1.0
-        self._last = None
-        self._typical = None  # running mean of the period between steps
+        self._last: Optional[float] = None
+        # Running mean of the period between steps.
+        self._typical: Optional[float] = None
         # Sleep owed: a sleep overshoots by ~0.1 ms, which at CartPole's
         # fraction-of-a-millisecond steps would make the rank far slower
         # than asked; the overshoot is taken off the next sleep.
@@ -102,7 +103,8 @@ class SlowedEnvironment(BatchedEnvironment):
 
 @gin.configurable
 def straggler_load(env_name: str, num_envs: int, seed=None,
-                   asynchronous: bool = False, load_fn: Callable = None,
+                   asynchronous: bool = False,
+                   load_fn: Optional[Callable] = None,
                    ranks: Sequence[int] = (1, ), slowdown: float = 2.0,
                    **kwargs):
     """``load_fn``'s environments, ``slowdown`` times slower in ``ranks``

@@ -9,7 +9,7 @@ value of the observation that really ended the episode.
 """
 import difflib
 import inspect
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import gin
 import gymnasium as gym
@@ -120,9 +120,9 @@ class GymEnvironment(BatchedEnvironment):
         self._env = vec_env
         self._first_seed = seed
         self._episode_info = dict(episode_info or {})
-        box = isinstance(self.action_space, gym.spaces.Box)
-        self._clip = (self.action_space.low, self.action_space.high) if (
-            box and clip_action) else None
+        space = self.action_space
+        self._clip = (space.low, space.high) if (
+            isinstance(space, gym.spaces.Box) and clip_action) else None
 
     @property
     def episode_info(self) -> Tuple[str, ...]:
@@ -237,8 +237,9 @@ def load(env_name: str,
     env_fns = [EnvFn(gym.spec(env_name), max_episode_steps, env_kwargs or {},
                      tuple(wrappers), in_worker=asynchronous)
                for _ in range(num_envs)]
-    kw = dict(autoreset_mode=AutoresetMode.SAME_STEP)
+    kw: Dict[str, Any] = dict(autoreset_mode=AutoresetMode.SAME_STEP)
     # An actor process is itself the environments' worker.
+    vec: gym.vector.VectorEnv
     if asynchronous and not in_environment_process():
         vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
     else:

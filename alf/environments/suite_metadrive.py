@@ -45,7 +45,8 @@ from typing import Dict, Optional, Tuple, Union
 
 import gin
 from absl import logging
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import (AsyncVectorEnv, AutoresetMode, SyncVectorEnv,
+                               VectorEnv)
 
 from alf.environments.env_fn import in_environment_process, prepare_worker
 from alf.environments.metadrive_env_fn import (ASSETS_HINT, CRASH_END,
@@ -187,6 +188,7 @@ def load(env_name: str = "MetaDrive",
     if image:
         config["resolution_size"] = topdown_resolution
     config.update(env_config or {})
+    vec: VectorEnv
     if in_environment_process() and num_envs == 1:
         # An actor of asynchronous collection: its one engine runs here.
         vec = SyncVectorEnv([MetaDriveEnvFn(env_class, config,

@@ -34,6 +34,10 @@ class ActorDistributionNetwork(nn.Module):
             a Gaussian that the environment clips (needs finite bounds).
     """
 
+    # Buffers, registered only with ``squash``.
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,

@@ -24,8 +24,11 @@ def get_activation(name: str):
 
 def orthogonal_init(layer: nn.Module, gain: float) -> nn.Module:
     """Orthogonal weights with ``gain`` and zero bias (PPO's usual init)."""
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+    weight, bias = layer.weight, layer.bias
+    # A Linear or Conv2d with a bias (nn.Module.__getattr__ is untyped).
+    assert isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+    nn.init.orthogonal_(weight, gain)
+    nn.init.zeros_(bias)
     return layer
 
 

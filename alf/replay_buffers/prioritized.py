@@ -51,6 +51,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             every rank before building the algorithm).
     """
 
+    _max_priority: torch.Tensor
+
     def __init__(self, capacity: int, batch_size: int, alpha: float = 0.6,
                  eps: float = 1e-6, global_sampling: bool = False,
                  include_in_checkpoint: bool = False,

@@ -22,6 +22,8 @@ class _Prioritized(Replay):
     #: Whether a minibatch is drawn from the union of all ranks' buffers.
     global_sampling = False
 
+    buffer: Optional[PrioritizedReplayBuffer]  # what make_buffer makes
+
     def __init__(self, alpha: float = 0.6, beta: float = 0.4,
                  eps: float = 1e-6):
         self.alpha = alpha
@@ -44,11 +46,14 @@ class _Prioritized(Replay):
 
     def sample(self, mini_batch_size: int, progress: float = 0.0,
                generator: Optional[torch.Generator] = None) -> ReplaySample:
+        assert self.buffer is not None, "build() was not called"
         return self.buffer.sample(mini_batch_size, beta=self.beta(progress),
                                   generator=generator)
 
-    def update_priorities(self, indices: torch.Tensor,
+    def update_priorities(self, indices: Optional[torch.Tensor],
                           priorities: torch.Tensor) -> None:
+        # sample() always returns the item ids.
+        assert self.buffer is not None and indices is not None
         self.buffer.update_priorities(indices, priorities)
 
 

@@ -97,6 +97,7 @@ class Replay(abc.ABC):
     def add_batch(self, batch) -> None:
         """Stores one time step: a nest whose leaves have shape
         [num_streams, ...]."""
+        assert self.buffer is not None, "build() was not called"
         self.buffer.add_batch(batch)
 
     def __len__(self) -> int:
@@ -163,6 +164,7 @@ class UniformReplay(Replay):
 
     def sample(self, mini_batch_size: int, progress: float = 0.0,
                generator: Optional[torch.Generator] = None) -> ReplaySample:
+        assert self.buffer is not None, "build() was not called"
         indices = self.buffer.uniform_indices(mini_batch_size, generator)
         return ReplaySample(self.buffer.gather(indices), indices, None,
                             1.0 / mini_batch_size)

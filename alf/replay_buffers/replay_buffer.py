@@ -50,6 +50,8 @@ class ReplayBuffer(nn.Module):
         device: where the storage lives.
     """
 
+    _num_added: torch.Tensor
+
     def __init__(self, capacity: int, batch_size: int,
                  include_in_checkpoint: bool = False,
                  device: Optional[torch.device] = None):
@@ -64,7 +66,7 @@ class ReplayBuffer(nn.Module):
         self._persistent = include_in_checkpoint
         self._device = device
         self._treespec = None
-        self._leaf_names = []
+        self._leaf_names: List[str] = []
         # Total number of add_batch calls, as a buffer so checkpoints keep it.
         self.register_buffer("_num_added", torch.zeros((), dtype=torch.int64),
                              persistent=include_in_checkpoint)

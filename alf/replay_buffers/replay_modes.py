@@ -6,7 +6,7 @@ saved ``config.gin`` files still spell it so (``play`` rebuilds runs from
 them), so `as_replay` turns those values into strategies, with a warning
 naming the new spelling.
 """
-from typing import Dict, Optional, Union
+from typing import Dict, Optional, Set, Union
 
 from absl import logging
 
@@ -23,7 +23,7 @@ REPLAY_MODES: Dict[str, type] = {
     "prioritized_global": PrioritizedGlobalReplay,
 }
 
-_warned = set()  # modes already warned about in this process
+_warned: Set[str] = set()  # modes already warned about in this process
 
 
 def as_replay(replay: Union[Replay, str, None],

@@ -25,6 +25,9 @@ class SumTree(nn.Module):
         persistent: whether the tree goes into ``state_dict``.
     """
 
+    tree: torch.Tensor
+    min_tree: torch.Tensor
+
     def __init__(self, capacity: int, persistent: bool = False):
         super().__init__()
         if capacity < 1:

@@ -45,7 +45,7 @@ import signal
 import threading
 import time
 from multiprocessing import connection
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, cast
 
 import gin
 import gymnasium as gym
@@ -61,6 +61,9 @@ from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
 from alf.utils import distributed
 from alf.utils.errors import AlfError, ConfigError, TrainingError
+
+if TYPE_CHECKING:
+    from alf.algorithms.rl_algorithm import RLAlgorithm
 
 UNROLL_MODES = ("sync", "async")
 
@@ -79,7 +82,9 @@ class SyncCollector:
 
     def __init__(self, env: BatchedEnvironment, unroll_length: int):
         self._env, self._unroll_length = env, unroll_length
-        self._alg = self._episodes = self._obs = None
+        self._alg: Optional["RLAlgorithm"] = None
+        self._episodes: Optional[EpisodeStats] = None
+        self._obs: Optional[torch.Tensor] = None
         self._preemption: Optional[Preemption] = None
         self._version = 0
         self.last_steps, self.last_preempted = 0, False
@@ -106,6 +111,8 @@ class SyncCollector:
     def collect(self) -> Dict[str, torch.Tensor]:
         """Collects one unroll into the algorithm; returns summaries."""
         alg, env, obs = self._alg, self._env, self._obs
+        assert alg is not None and self._episodes is not None, (
+            "start() was not called")
         alg.policy_version = self._version
         versions = torch.full((env.num_envs, ), self._version,
                               dtype=torch.int64)
@@ -246,16 +253,16 @@ class AsyncCollector:
             TrainingError: a step staler than ``max_policy_lag``.
         """
         u, start = self._next, time.perf_counter()
-        parts = self._unrolls.setdefault(u, {})
+        received = self._unrolls.setdefault(u, {})
         preemption, cut = self._preemption, False
         if preemption is not None:
             preemption.begin(u)
-        while len(parts) < len(self._conns):
+        while len(received) < len(self._conns):
             if preemption is not None and not cut and preemption.poll():
                 # Actors that already sent theirs ignore it.
                 message = encode(("cut", u, preemption.min_steps))
                 for i, conn in enumerate(self._conns):
-                    if i not in parts:
+                    if i not in received:
                         self._send(conn, message)
                 cut = True
             actor, message = self._get(
@@ -264,7 +271,7 @@ class AsyncCollector:
                 self._unrolls.setdefault(message[1], {})[actor] = message
         del self._unrolls[u]
         waited = time.perf_counter() - start
-        parts = [parts[i] for i in range(len(self._conns))]
+        parts = [received[i] for i in range(len(self._conns))]
         lengths = torch.cat([torch.full((p[2].reward.shape[1], ),
                                         p[2].reward.shape[0])
                              for p in parts])
@@ -413,6 +420,8 @@ class AsyncCollector:
             while open_conns:
                 for conn in connection.wait(list(open_conns.values())):
                     actor = self._conns.index(conn)
+                    # wait() returns the objects it was given: Pipe ends.
+                    conn = cast(connection.Connection, conn)
                     try:
                         self._queue.put((actor, conn.recv_bytes()))
                     except (EOFError, OSError):

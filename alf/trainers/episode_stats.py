@@ -1,6 +1,6 @@
 """Statistics of training episodes, kept in tensors and all-reduced."""
 import collections
-from typing import Dict, Optional, Sequence
+from typing import Deque, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -22,7 +22,8 @@ class EpisodeStats:
         self._ret = torch.zeros(num_envs)
         self._len = torch.zeros(num_envs)
         self.metric_names = tuple(metric_names)
-        self.recent = collections.deque(maxlen=window)  # (return, length)
+        self.recent: Deque[Tuple[float, float]] = collections.deque(
+            maxlen=window)  # (return, length)
         # Sums since the last summary: [return, length, episodes] then, per
         # metric, [sum, count] (environments may not report every episode).
         self.interval = torch.zeros(3 + 2 * len(self.metric_names),
@@ -30,7 +31,7 @@ class EpisodeStats:
         self.total_episodes = 0
 
     def update(self, reward: torch.Tensor, done: torch.Tensor,
-               episode_info: Dict[str, torch.Tensor] = None,
+               episode_info: Optional[Dict[str, torch.Tensor]] = None,
                valid: Optional[torch.Tensor] = None) -> None:
         """Adds one step's rewards; records the episodes that ``done`` ends.
 

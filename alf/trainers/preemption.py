@@ -82,7 +82,7 @@ class Preemption:
         self.needed = math.ceil(sync_frac * world_size - 1e-9)
         self.min_steps = max(1, math.ceil(min_fraction * unroll_length))
         self.poll_seconds = poll_seconds
-        self._unroll = None
+        self._unroll: Optional[int] = None  # set by begin
         self._next_poll = 0.0
         self._fired = False
 
@@ -130,12 +130,14 @@ class Preemption:
 
     def others_done(self) -> bool:
         """Whether enough ranks finished the unroll (reads the store)."""
+        assert self._unroll is not None, "begin() was not called"
         key = self._key(self._unroll)
         return (self._store.check([key]) and
                 int(self._store.get(key)) >= self.needed)
 
     def finished(self) -> None:
         """This rank has its whole unroll (counted for the others)."""
+        assert self._unroll is not None, "begin() was not called"
         self._store.add(self._key(self._unroll), 1)
 
     @staticmethod

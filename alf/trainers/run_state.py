@@ -152,6 +152,7 @@ class RunState:
         value = metrics.get(name, float("nan")) if name else float("nan")
         if math.isnan(value):
             return
+        assert name is not None  # a value was found under it
         if self._best is None:
             info = self.checkpointer.best()
             self._best = (info["value"] if info and info["metric"] == name

@@ -143,6 +143,7 @@ class Trainer:
                 cfg.env_load_fn), cfg.unroll_length)
         obs_space, action_space, metrics = self._collector.describe()
         self.device = cfg.resolve_device()
+        assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
         self.algorithm = cfg.algorithm_ctor(
             observation_space=obs_space, action_space=action_space,
             config=cfg).to(self.device)
@@ -167,6 +168,7 @@ class Trainer:
 
     def _restore(self) -> None:
         """Resumes from the latest checkpoint, if any (a collective)."""
+        assert self._run_state is not None and self._reporter is not None
         resumed = self._run_state.restore()
         if resumed is not None:
             self.iteration = resumed.iteration
@@ -182,6 +184,10 @@ class Trainer:
         """Resumes and starts collection; False if the run had finished."""
         cfg, gcfg = self.config, self.global_config
         self._restore()
+        # All built by `_build`.
+        assert (self.algorithm is not None and self._collector is not None
+                and self._episodes is not None and self._run_state is not None
+                and self._reporter is not None)
         distributed.activate_ddp(self.algorithm)
         if self.env_steps >= gcfg.num_env_steps:
             if self.is_chief:
@@ -215,6 +221,10 @@ class Trainer:
     def _train(self) -> Dict[str, float]:
         if not self._start():
             return {}
+        # All built by `_build`.
+        assert (self.algorithm is not None and self._collector is not None
+                and self._counts is not None and self._run_state is not None
+                and self._reporter is not None)
         cfg, gcfg = self.config, self.global_config
         last_eval = {}
         try:
@@ -286,6 +296,9 @@ class Trainer:
         return {}."""
         if not self.is_chief:
             return {}
+        # All built by `_build` (the evaluator on the chief only).
+        assert (self.algorithm is not None and self._evaluator is not None
+                and self._run_state is not None and self._reporter is not None)
         held_out = None
         with self._reporter.evaluation_time():
             metrics = self._evaluator.evaluate(self.algorithm)

@@ -63,8 +63,8 @@ def available_bytes(device="cpu") -> Optional[int]:
         limit, usage = _read_int(limit_file), _read_int(usage_file)
         if limit is not None and usage is not None and limit < 1 << 60:
             found.append(max(limit - usage, 0))
-    found = [b for b in found if b is not None]
-    return min(found) if found else None
+    known = [b for b in found if b is not None]
+    return min(known) if known else None
 
 
 def format_bytes(n: int) -> str:

@@ -29,6 +29,12 @@ class RunningNormalizer(nn.Module):
     # own (see `RLAlgorithm.acting_state`), handed over with `take_pending`.
     local_buffers = ("pending", "pending_count")
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+    pending: torch.Tensor
+    pending_count: torch.Tensor
+
     def __init__(self, shape, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
         shape = tuple(shape)

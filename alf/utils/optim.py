@@ -7,7 +7,7 @@ calls the same fused kernel on lists built once, so the result is
 bit-identical to ``torch.optim.Adam(fused=True)`` (tested) at about half
 the cost (docs/benchmarks.md).
 """
-from typing import Dict, List, Tuple
+from typing import Dict, List, Protocol, Tuple, cast
 
 import torch
 from torch.optim import optimizer as _optimizer
@@ -15,6 +15,11 @@ from torch.optim import optimizer as _optimizer
 # Group options under which the lean path is torch's fused Adam exactly.
 _LEAN_DEFAULTS = dict(amsgrad=False, maximize=False, capturable=False,
                       differentiable=False, decoupled_weight_decay=False)
+
+
+class _Hooked(Protocol):
+    """A function with the attribute torch's optimizer checks."""
+    hooked: bool
 
 
 class Adam(torch.optim.Adam):
@@ -89,7 +94,7 @@ class Adam(torch.optim.Adam):
     # torch wraps every optimizer class's step in its profiler-and-hooks
     # wrapper unless it is marked as already wrapped. The lean step hands
     # any hooks to torch's (wrapped) step instead.
-    step.hooked = True
+    cast(_Hooked, step).hooked = True
 
     def load_state_dict(self, state_dict) -> None:
         # The cached lists point at the replaced state tensors.

@@ -6,7 +6,7 @@ at every DDP call by `CallOrderHook`, inside the gradient all-reduce) and
 the weights themselves (`check_weights_equal`, a cross-rank checksum).
 """
 import zlib
-from typing import List
+from typing import List, Optional, Tuple
 
 import gin
 import torch
@@ -56,7 +56,8 @@ class CallOrderHook:
 
     def __init__(self, world_size: int):
         self.world_size = world_size
-        self.pending = None  # (method name, call number) of the next backward
+        # (method name, call number) of the next backward
+        self.pending: Optional[Tuple[str, int]] = None
 
     def tag(self, name: str, call: int) -> None:
         """Marks the next backward as call number ``call`` of ``name``."""

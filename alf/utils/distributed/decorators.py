@@ -204,7 +204,9 @@ def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
         unused_parameters.keep_until_backward(output, old)
     performer = state["performer"] = _new_performer(
         module, state, find_unused_parameters=search, init_sync=False)
-    performer.alf_auto_unused = True  # later first calls are checked too
+    # Later first calls are checked too. (nn.Module.__setattr__ is typed
+    # for tensors and modules only; any other value is a plain attribute.)
+    performer.alf_auto_unused = True  # type: ignore[assignment]
     if get_rank() == 0 and search:
         logging.info(
             "%s leaves %d parameter(s) without gradient (%s): alf turned on "

@@ -81,6 +81,7 @@ def process_group(rank: int, world_size: int, backend: str = "gloo",
     if use_env:
         kwargs["store"] = _torchrun_store(rank, world_size)
     else:
+        assert init_file is not None, "init_file is needed without use_env"
         kwargs["store"] = dist.FileStore(init_file, world_size)
     dist.init_process_group(**kwargs)
     # The group's own keys live under its prefix; alf's under "alf/".

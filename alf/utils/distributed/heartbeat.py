@@ -47,7 +47,7 @@ class Heartbeat:
             self._stop.wait(self._interval)
 
     def _counts(self) -> List[Optional[int]]:
-        counts = []
+        counts: List[Optional[int]] = []
         for r in range(self._world):
             try:
                 counts.append(self._store.add(_KEY.format(r), 0))

@@ -5,7 +5,7 @@ given method on the original module) in `DistributedDataParallel`, with
 DDP's options from gin and the replay buffers left out of its broadcast.
 """
 import inspect
-from typing import Callable, Union
+from typing import Any, Callable, Dict, Union
 
 import gin
 from torch import nn
@@ -109,7 +109,7 @@ def make_ddp_performer(module: nn.Module,
     if find_unused_parameters == "auto":
         auto = not static_graph and "init_sync" in ddp_args
         find = not static_graph and not auto
-    kwargs = {} if init_sync else {"init_sync": False}
+    kwargs: Dict[str, Any] = {} if init_sync else {"init_sync": False}
     # torch >= 2.13 renamed broadcast_buffers to forward_sync_buffers.
     kwargs["forward_sync_buffers" if "forward_sync_buffers" in ddp_args
            else "broadcast_buffers"] = broadcast_buffers
@@ -122,5 +122,7 @@ def make_ddp_performer(module: nn.Module,
               find_unused_parameters=find, bucket_cap_mb=bucket_cap_mb,
               gradient_as_bucket_view=gradient_as_bucket_view,
               static_graph=static_graph, **kwargs)
-    ddp.alf_auto_unused = auto
+    # nn.Module.__setattr__ is typed for tensors and modules only; torch
+    # stores any other value as a plain attribute.
+    ddp.alf_auto_unused = auto  # type: ignore[assignment]
     return ddp
