@@ -26,10 +26,10 @@ def ddp_calls_per_iteration(gin_files, params, world_size):
     import alf.config
     from alf.trainers.trainer_config import TrainerConfig
     alf.config.parse_config(gin_files, params)
-    g = TrainerConfig()
-    c = g.per_rank(world_size)
-    per_epoch = math.ceil(c.num_envs * c.unroll_length / c.mini_batch_size)
-    return g.steps_per_iteration, per_epoch * c.num_updates_per_train_iter
+    c = TrainerConfig().per_rank(world_size)
+    per_epoch = math.ceil(c.local_num_envs * c.unroll_length /
+                          c.local_minibatch_size)
+    return c.steps_per_iteration, per_epoch * c.num_epochs
 
 
 def main():

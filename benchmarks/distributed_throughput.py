@@ -31,7 +31,7 @@ PRESETS = {
     "compute": [
         "ActorDistributionNetwork.hidden_sizes=(256, 256)",
         "ValueNetwork.hidden_sizes=(256, 256)",
-        "TrainerConfig.num_envs=32", "TrainerConfig.mini_batch_size=1024"
+        "TrainerConfig.num_envs=32", "TrainerConfig.minibatch_size=1024"
     ],
 }
 

@@ -47,7 +47,7 @@ def alf_update(algo: str, params):
     ctor = DQNAlgorithm if algo == "dqn" else SACAlgorithm
     alg = ctor(env.observation_space, env.action_space,
                TrainerConfig(
-                   num_updates_per_train_iter=SETUPS[algo]["updates"]))
+                   num_updates_per_iter=SETUPS[algo]["updates"]))
     rng = np.random.default_rng(0)
     shape = env.observation_space.shape
     for _ in range(FILL // 2):

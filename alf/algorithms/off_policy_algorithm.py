@@ -2,7 +2,7 @@
 
 An off-policy algorithm stores every transition in a replay buffer (each rank
 its own; DDP never touches it) and, once the buffer holds the initial
-collection, runs ``config.num_updates_per_train_iter`` gradient updates per
+collection, runs ``config.num_updates_per_iter`` gradient updates per
 iteration on sampled minibatches. Subclasses provide `policy_step` (acting
 after the initial collection), `predict_step` and `minibatch_loss`
 (decorated with `data_distributed`), and update their target networks in
@@ -31,12 +31,13 @@ from alf.utils.memory import check_allocation
 
 
 class OffPolicyAlgorithm(RLAlgorithm):
-    """Base of replay-based algorithms (per-rank sizes from ``config``).
+    """Base of replay-based algorithms.
 
     Args:
         observation_space, action_space, config: see `RLAlgorithm`; uses
-            ``config.replay_buffer_capacity``, ``initial_collect_steps``,
-            ``mini_batch_size`` and ``num_updates_per_train_iter``.
+            the rank's ``config.local_replay_buffer_capacity``,
+            ``local_initial_collect_steps`` and ``local_minibatch_size``,
+            and ``num_updates_per_iter``.
         replay: the replay strategy (None: `UniformReplay`); each
             algorithm needs its own object. The former strings
             (``"uniform"``, ``"prioritized"``, ``"prioritized_global"``)
@@ -59,32 +60,33 @@ class OffPolicyAlgorithm(RLAlgorithm):
                  max_grad_norm=None):
         super().__init__(observation_space, action_space, config)
         replay = as_replay(replay, priority_alpha, priority_beta)
-        steps = config.replay_buffer_capacity // config.num_envs
+        # Steps per environment, so the rank's buffer holds whole steps.
+        steps = config.local_replay_buffer_capacity // config.local_num_envs
         if steps < config.unroll_length:
             raise ConfigError(
                 f"TrainerConfig.replay_buffer_capacity="
-                f"{config.replay_buffer_capacity} (per process) holds "
-                f"{steps} steps of {config.num_envs} environments, less than "
-                f"one unroll (unroll_length={config.unroll_length}); make it "
-                f"at least {config.unroll_length * config.num_envs}")
-        held = steps * config.num_envs
-        for name in ("mini_batch_size", "initial_collect_steps"):
+                f"{config.replay_buffer_capacity} holds {steps} steps of "
+                f"{config.num_envs} environments, less than one unroll "
+                f"(unroll_length={config.unroll_length}); make it at least "
+                f"{config.steps_per_iteration}")
+        held = steps * config.num_envs  # all ranks' buffers
+        for name in ("minibatch_size", "initial_collect_steps"):
+            # Equivalent to the rank's share exceeding the rank's buffer.
             if getattr(config, name) > held:
                 # Training would wait forever for a buffer this full.
                 raise ConfigError(
-                    f"TrainerConfig.{name}={getattr(config, name)} (per "
-                    f"process) is more than the replay buffer holds ({held} "
-                    f"transitions); raise replay_buffer_capacity or lower "
-                    f"{name}")
+                    f"TrainerConfig.{name}={getattr(config, name)} is more "
+                    f"than the replay buffer holds ({held} transitions); "
+                    f"raise replay_buffer_capacity or lower {name}")
         self._check_replay_memory(config, steps, replay)
         self.replay = replay
         # Registered under the name it always had: checkpoint keys and
         # `_acting_modules` (which leaves replay buffers out) see no change.
-        self.replay_buffer = replay.build(steps, config.num_envs)
+        self.replay_buffer = replay.build(steps, config.local_num_envs)
         self._max_grad_norm = max_grad_norm
-        self._initial_collect = config.initial_collect_steps
-        self._mini_batch_size = config.mini_batch_size
-        self._num_updates = config.num_updates_per_train_iter
+        self._local_initial_collect = config.local_initial_collect_steps
+        self._local_minibatch_size = config.local_minibatch_size
+        self._num_updates = config.num_updates_per_iter
         self._progress = 0.0
         self._num_stored = 0  # transitions stored (see rollout_step)
 
@@ -98,16 +100,17 @@ class OffPolicyAlgorithm(RLAlgorithm):
         Every process on this machine keeps its own buffer.
         """
         nbytes = replay.storage_bytes(
-            steps, config.num_envs, self.example_experience(config.num_envs))
-        per_item = nbytes / (steps * config.num_envs)
+            steps, config.local_num_envs,
+            self.example_experience(config.local_num_envs))
+        per_item = nbytes / (steps * config.local_num_envs)
         world = distributed.get_world_size()
         check_allocation(
             nbytes, config.resolve_device(),
             f"TrainerConfig.replay_buffer_capacity="
-            f"{config.replay_buffer_capacity * world} "
+            f"{config.replay_buffer_capacity} "
             f"({per_item:.0f} bytes per transition)",
             lambda room: "lower replay_buffer_capacity (at most about "
-            f"{int(room // per_item) * world} transitions fit)",
+            f"{int(room // per_item) * config.world_size} transitions fit)",
             copies=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
     def example_experience(self, n: int) -> Experience:
@@ -127,7 +130,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
         collector's acting copy (which has no replay buffer) receives the
         count with the weights.
         """
-        if self._num_stored < self._initial_collect:
+        if self._num_stored < self._local_initial_collect:
             return AlgStep(output=self.random_action(observation.shape[0]))
         return self.policy_step(observation)
 
@@ -154,7 +157,8 @@ class OffPolicyAlgorithm(RLAlgorithm):
 
     def ready(self) -> bool:
         """Whether training has started (equal on every rank)."""
-        needed = max(self._initial_collect, self._mini_batch_size, 1)
+        needed = max(self._local_initial_collect, self._local_minibatch_size,
+                     1)
         return self.replay.ready(needed)
 
     def _ready_everywhere(self) -> bool:
@@ -174,7 +178,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
             return {}
         names, stats = None, []
         for _ in range(self._num_updates):
-            sample = self.replay.sample(self._mini_batch_size, progress)
+            sample = self.replay.sample(self._local_minibatch_size, progress)
             loss_info = self.minibatch_loss(sample.batch, sample.weights,
                                             sample.loss_scale)
             grad_norm = self.update_with_gradient(loss_info,

@@ -36,6 +36,7 @@ from alf.data_structures import LossInfo
 from alf.networks.policy_value import DisjointPolicyValueNetwork
 from alf.replay_buffers import ReplayBuffer, iterate_minibatches
 from alf.utils import distributed
+from alf.utils.deprecation import FORMER, former_spelling
 from alf.utils.errors import ConfigError
 
 
@@ -67,8 +68,8 @@ class PPGAlgorithm(PPOAlgorithm):
         aux_interval: policy-phase iterations between auxiliary phases
             (N_pi in the paper).
         aux_epochs: passes over the auxiliary buffer per phase (E_aux).
-        aux_mini_batch_size: global minibatch size of the auxiliary phase
-            (default: ``config.mini_batch_size``); divided among ranks.
+        aux_minibatch_size: global minibatch size of the auxiliary phase
+            (default: ``config.minibatch_size``); divided among ranks.
         clone_coef: weight of the KL term keeping the policy close to its
             pre-phase self (beta_clone).
         actor_network_ctor: must build a network with ``forward_with_aux``.
@@ -81,11 +82,13 @@ class PPGAlgorithm(PPOAlgorithm):
             the same way); one left unset here takes
             PPOAlgorithm's value (its gin binding, e.g.
             ``PPOAlgorithm.learning_rate``, or its default).
+        aux_mini_batch_size: deprecated spelling of ``aux_minibatch_size``
+            (accepted with a warning).
     """
 
     def __init__(self, observation_space, action_space, config,
                  aux_interval: int = 32, aux_epochs: int = 6,
-                 aux_mini_batch_size: Optional[int] = None,
+                 aux_minibatch_size: Optional[int] = None,
                  clone_coef: float = 1.0,
                  actor_network_ctor=DisjointPolicyValueNetwork,
                  value_network_ctor=_PPO, learning_rate=_PPO,
@@ -94,7 +97,8 @@ class PPGAlgorithm(PPOAlgorithm):
                  value_clip=_PPO, value_loss_coef=_PPO, entropy_coef=_PPO,
                  max_grad_norm=_PPO, normalize_advantages=_PPO,
                  target_kl=_PPO, normalize_observations=_PPO,
-                 reward_scale=_PPO, uneven_batches=_PPO):
+                 reward_scale=_PPO, uneven_batches=_PPO,
+                 aux_mini_batch_size=FORMER):
         # PPO's parameters are listed, not taken as **kwargs, so that gin
         # refuses a misspelled one at parse time. Only those given are
         # passed on: the rest keep PPOAlgorithm's own gin bindings.
@@ -118,26 +122,30 @@ class PPGAlgorithm(PPOAlgorithm):
                 f"PPGAlgorithm needs an actor network with an auxiliary value "
                 f"head (forward_with_aux), e.g. DisjointPolicyValueNetwork; "
                 f"got {type(self.actor).__name__}")
+        if former_spelling("PPGAlgorithm", "aux_mini_batch_size",
+                           aux_mini_batch_size, ["aux_minibatch_size"],
+                           aux_minibatch_size is not None):
+            aux_minibatch_size = aux_mini_batch_size
         self._aux_epochs = aux_epochs
         self._clone_coef = clone_coef
-        world = distributed.get_world_size()
-        aux_mbs = aux_mini_batch_size or config.mini_batch_size * world
+        world = config.world_size
+        aux_mbs = aux_minibatch_size or config.minibatch_size
         if aux_mbs % world:
-            raise ConfigError(f"PPGAlgorithm.aux_mini_batch_size={aux_mbs} "
+            raise ConfigError(f"PPGAlgorithm.aux_minibatch_size={aux_mbs} "
                               f"does not divide among {world} processes")
-        self._aux_mini_batch_size = aux_mbs // world
-        held = aux_interval * config.unroll_length * config.num_envs
-        if self._aux_mini_batch_size > held:
+        self._local_aux_minibatch_size = aux_mbs // world
+        held = aux_interval * config.steps_per_iteration
+        if aux_mbs > held:
             raise ConfigError(
-                f"PPGAlgorithm.aux_mini_batch_size={aux_mbs} is more than the "
-                f"{held * world} transitions of an auxiliary phase "
+                f"PPGAlgorithm.aux_minibatch_size={aux_mbs} is more than the "
+                f"{held} transitions of an auxiliary phase "
                 f"(aux_interval={aux_interval} x num_envs="
-                f"{config.num_envs * world} x unroll_length="
-                f"{config.unroll_length}); use at most {held * world}")
-        width = config.unroll_length * config.num_envs
+                f"{config.num_envs} x unroll_length="
+                f"{config.unroll_length}); use at most {held}")
+        width = config.unroll_length * config.local_num_envs
         self.aux_buffer = ReplayBuffer(aux_interval, width)
         self._aux_per_epoch = math.ceil(aux_interval * width /
-                                        self._aux_mini_batch_size)
+                                        self._local_aux_minibatch_size)
         if self._uneven:
             # Which rows of each stored unroll are real: a shorter unroll is
             # padded to the buffer's width. Only then, so that checkpoints
@@ -192,8 +200,8 @@ class PPGAlgorithm(PPOAlgorithm):
         same number on every rank (see `PPOAlgorithm`'s uneven_batches)."""
         if not self._uneven:
             for _ in range(self._aux_epochs):
-                for mb in iterate_minibatches(batch,
-                                              self._aux_mini_batch_size):
+                for mb in iterate_minibatches(
+                        batch, self._local_aux_minibatch_size):
                     yield mb, None
             return
         indices = uneven_minibatch_indices(batch.returns.shape[0],

@@ -60,28 +60,27 @@ def scheduled(value: float, schedule: str, progress: float) -> float:
                       "linear")
 
 
-def check_mini_batch_size(config, world: int) -> None:
+def check_minibatch_size(config, world_size: int) -> None:
     """Refuses minibatches larger than the unroll they are drawn from.
 
     Each would silently be the whole unroll. ``config`` is a rank's, one of
-    ``world``: both sizes are 1/world of the global ones, so the condition
-    is the same and the message gives the global values (those in the
-    config).
+    ``world_size``: a rank's minibatch is drawn from its own unroll; the
+    message gives the global sizes (those the user set) too.
 
     Raises:
         ConfigError: naming both sizes.
     """
-    batch = config.num_envs * config.unroll_length
-    if config.mini_batch_size <= batch:
+    local_batch = config.local_num_envs * config.unroll_length
+    if config.local_minibatch_size <= local_batch:
         return
-    per_rank = (f"; per process, {config.mini_batch_size} of {batch}"
-                if world > 1 else "")
+    per_rank = (f"; per process, {config.local_minibatch_size} of "
+                f"{local_batch}" if world_size > 1 else "")
     raise ConfigError(
-        f"TrainerConfig.mini_batch_size={config.mini_batch_size * world} is "
-        f"more than the {batch * world} transitions of one iteration "
-        f"(num_envs={config.num_envs * world} x unroll_length="
+        f"TrainerConfig.minibatch_size={config.minibatch_size} is "
+        f"more than the {config.steps_per_iteration} transitions of one "
+        f"iteration (num_envs={config.num_envs} x unroll_length="
         f"{config.unroll_length}) that minibatches are drawn from"
-        f"{per_rank}; use at most {batch * world}")
+        f"{per_rank}; use at most {config.steps_per_iteration}")
 
 
 def uneven_minibatch_indices(n: int, per_epoch: int,
@@ -93,7 +92,7 @@ def uneven_minibatch_indices(n: int, per_epoch: int,
         raise TrainingError(
             f"this rank holds {n} transitions, fewer than the {per_epoch} "
             "minibatches of an epoch; collect more before ending a rollout "
-            "early (or use a larger mini_batch_size)")
+            "early (or use a larger minibatch_size)")
     out = []
     for _ in range(num_epochs):
         out += list(torch.randperm(n).tensor_split(per_epoch))
@@ -119,8 +118,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
 
     Args:
         observation_space, action_space, config: see `RLAlgorithm`; uses
-            ``config.mini_batch_size`` and ``config.num_updates_per_train_iter``
-            (epochs).
+            ``config.num_epochs`` and the rank's
+            ``config.local_minibatch_size``.
         actor_network_ctor: ``(observation_space, action_space) -> module``
             returning an action distribution.
         value_network_ctor: ``(observation_space) -> module`` returning [B].
@@ -145,7 +144,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         uneven_batches: ranks may train on unrolls of different lengths
             (a rank that ended its rollout early). Every rank still runs the
             same number of minibatches (``ceil(unroll_length x num_envs /
-            mini_batch_size)`` per epoch, its rows split evenly among them)
+            minibatch_size)`` per epoch, its rows split evenly among them)
             and each rank's loss is weighted by its share of the
             minibatch's global sample count, so that DDP's averaged
             gradient is the mean gradient over all ranks' samples; the KL
@@ -175,7 +174,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  normalize_observations: bool = False,
                  reward_scale: float = 1.0, uneven_batches: bool = False):
         check_learning_rate("PPOAlgorithm", learning_rate)
-        check_mini_batch_size(config, distributed.get_world_size())
+        check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early
@@ -194,16 +193,17 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._normalize_adv = normalize_advantages
         self._target_kl = target_kl
         self._reward_scale = reward_scale
-        self._num_epochs = config.num_updates_per_train_iter
-        self._mini_batch_size = config.mini_batch_size
+        self._num_epochs = config.num_epochs
+        self._local_minibatch_size = config.local_minibatch_size
         self._uneven = uneven_batches or getattr(config,
                                                  "preempt_stragglers", False)
         # Minibatches per epoch, the same on every rank whatever it holds.
         self._minibatches_per_epoch = math.ceil(
-            config.unroll_length * config.num_envs / config.mini_batch_size)
+            config.unroll_length * config.local_num_envs /
+            config.local_minibatch_size)
 
     #: Called by `TrainerConfig.per_rank` before an N-process launch.
-    check_config = staticmethod(check_mini_batch_size)
+    check_config = staticmethod(check_minibatch_size)
 
     # ---- acting -------------------------------------------------------
     acting_modules = ("actor", )  # what rollout_step reads
@@ -231,7 +231,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                 n, self._minibatches_per_epoch, self._num_epochs)
             weights, counts = rank_weights(indices)
         else:
-            indices = minibatch_indices(n, self._mini_batch_size,
+            indices = minibatch_indices(n, self._local_minibatch_size,
                                         self._num_epochs)
             weights = counts = [None] * len(indices)
         advantages = self._minibatch_advantages(batch.advantage, indices)

@@ -25,7 +25,8 @@ class RLAlgorithm(Algorithm):
     Args:
         observation_space: one environment's observation space.
         action_space: one environment's action space.
-        config: the trainer's (per-rank) `TrainerConfig`.
+        config: the rank's `TrainerConfig` (`TrainerConfig.per_rank`):
+            global sizes under their names, the rank's as ``local_*``.
         normalize_observations: keep running statistics of (Box)
             observations and normalise them before the networks see them.
 
@@ -182,14 +183,14 @@ def _acting_modules(module: torch.nn.Module, prefix: str = ""
 class OnPolicyAlgorithm(RLAlgorithm):
     """Trains on exactly the last unroll, then discards it.
 
-    Holds a `ReplayBuffer` of ``unroll_length`` steps for ``num_envs`` streams
-    (per-rank values from ``config``).
+    Holds a `ReplayBuffer` of ``unroll_length`` steps for the rank's
+    ``config.local_num_envs`` streams.
     """
 
     def __init__(self, observation_space, action_space, config, **kwargs):
         super().__init__(observation_space, action_space, config, **kwargs)
         self.replay_buffer = ReplayBuffer(config.unroll_length,
-                                          config.num_envs)
+                                          config.local_num_envs)
         # See `set_unroll_lengths`; None: every column is whole.
         self.unroll_lengths: Optional[torch.Tensor] = None
 

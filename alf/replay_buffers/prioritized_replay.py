@@ -44,10 +44,11 @@ class _Prioritized(Replay):
         """Grows linearly from ``beta`` at the start to 1 at the end."""
         return self.beta0 + (1.0 - self.beta0) * progress
 
-    def sample(self, mini_batch_size: int, progress: float = 0.0,
+    def sample(self, local_minibatch_size: int, progress: float = 0.0,
                generator: Optional[torch.Generator] = None) -> ReplaySample:
         assert self.buffer is not None, "build() was not called"
-        return self.buffer.sample(mini_batch_size, beta=self.beta(progress),
+        return self.buffer.sample(local_minibatch_size,
+                                  beta=self.beta(progress),
                                   generator=generator)
 
     def update_priorities(self, indices: Optional[torch.Tensor],
@@ -94,12 +95,12 @@ class PrioritizedReplay(_Prioritized):
 @gin.configurable
 class PrioritizedGlobalReplay(_Prioritized):
     """Prioritized replay with single-buffer semantics over all ranks: the
-    global minibatch (``mini_batch_size`` times the number of ranks) is
-    drawn as if from one buffer holding every rank's items, with one
-    all-reduce per minibatch; a rank may draw more or fewer items than its
-    share (even none), which the loss scale makes up for (see
-    `alf.replay_buffers.prioritized`). In one process it is
-    `PrioritizedReplay`.
+    global minibatch (`sample`'s ``local_minibatch_size`` times the number
+    of ranks: ``TrainerConfig.minibatch_size``) is drawn as if from one
+    buffer holding every rank's items, with one all-reduce per minibatch; a
+    rank may draw more or fewer items than its share (even none), which the
+    loss scale makes up for (see `alf.replay_buffers.prioritized`). In one
+    process it is `PrioritizedReplay`.
 
     In gin: ``SACAlgorithm.replay = @PrioritizedGlobalReplay()``.
 
@@ -120,8 +121,9 @@ class PrioritizedGlobalReplay(_Prioritized):
 
     global_sampling = True
 
-    def sample(self, mini_batch_size: int, progress: float = 0.0,
+    def sample(self, local_minibatch_size: int, progress: float = 0.0,
                generator: Optional[torch.Generator] = None) -> ReplaySample:
         # The buffer splits the global minibatch among the ranks.
-        return super().sample(mini_batch_size * distributed.get_world_size(),
-                              progress, generator)
+        return super().sample(
+            local_minibatch_size * distributed.get_world_size(), progress,
+            generator)

@@ -51,8 +51,8 @@ class Replay(abc.ABC):
     their ``__init__`` takes only their options (nothing to pass up).
 
     Sizes are per rank: ``capacity`` time steps of ``num_streams``
-    environments, and `sample`'s ``mini_batch_size`` is this rank's share
-    of the global minibatch.
+    environments, and `sample`'s ``local_minibatch_size`` is this rank's
+    share of the global minibatch.
 
     Attributes:
         buffer: the storage, once `build` has made it (None before).
@@ -114,12 +114,12 @@ class Replay(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def sample(self, mini_batch_size: int, progress: float = 0.0,
+    def sample(self, local_minibatch_size: int, progress: float = 0.0,
                generator: Optional[torch.Generator] = None) -> ReplaySample:
         """Draws a minibatch.
 
         Args:
-            mini_batch_size: this rank's share of the global minibatch.
+            local_minibatch_size: this rank's share of the global minibatch.
             progress: fraction of training done, for schedules.
             generator: this rank's RNG for the draws (None: torch's).
 
@@ -142,8 +142,8 @@ class UniformReplay(Replay):
     """Each rank draws its share of the minibatch uniformly, with
     replacement, from its own buffer.
 
-    Weights are None (all 1) and the loss scale is ``1 / mini_batch_size``,
-    so the loss is the minibatch mean. In gin:
+    Weights are None (all 1) and the loss scale is
+    ``1 / local_minibatch_size``, so the loss is the minibatch mean. In gin:
     ``DQNAlgorithm.replay = @UniformReplay()`` (the default).
 
     Example:
@@ -162,9 +162,10 @@ class UniformReplay(Replay):
         True
     """
 
-    def sample(self, mini_batch_size: int, progress: float = 0.0,
+    def sample(self, local_minibatch_size: int, progress: float = 0.0,
                generator: Optional[torch.Generator] = None) -> ReplaySample:
         assert self.buffer is not None, "build() was not called"
-        indices = self.buffer.uniform_indices(mini_batch_size, generator)
+        indices = self.buffer.uniform_indices(local_minibatch_size,
+                                              generator)
         return ReplaySample(self.buffer.gather(indices), indices, None,
-                            1.0 / mini_batch_size)
+                            1.0 / local_minibatch_size)

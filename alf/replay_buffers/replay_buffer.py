@@ -200,38 +200,38 @@ class ReplayBuffer(nn.Module):
                 f"stored={self.num_steps}")
 
 
-def minibatch_indices(n: int, mini_batch_size: int, num_epochs: int = 1,
+def minibatch_indices(n: int, minibatch_size: int, num_epochs: int = 1,
                       generator: Optional[torch.Generator] = None
                       ) -> List[torch.Tensor]:
     """Row indices of the minibatches of ``num_epochs`` shuffled passes.
 
     Each epoch is a fresh permutation of ``range(n)`` cut into minibatches
-    of ``mini_batch_size`` (the last one of an epoch may be smaller).
+    of ``minibatch_size`` (the last one of an epoch may be smaller).
     Drawing them all up front lets an algorithm compute per-minibatch
     statistics for a whole iteration at once.
     """
     out = []
     for _ in range(num_epochs):
         perm = torch.randperm(n, generator=generator)
-        out += [perm[s:s + mini_batch_size]
-                for s in range(0, n, mini_batch_size)]
+        out += [perm[s:s + minibatch_size]
+                for s in range(0, n, minibatch_size)]
     return out
 
 
-def iterate_minibatches(batch, mini_batch_size: int,
+def iterate_minibatches(batch, minibatch_size: int,
                         generator: Optional[torch.Generator] = None
                         ) -> Iterator[Any]:
     """Yields shuffled minibatches that cover ``batch`` once.
 
     Args:
         batch: a nest whose leaves share the leading dim ``N``.
-        mini_batch_size: rows per minibatch; the last one may be smaller
+        minibatch_size: rows per minibatch; the last one may be smaller
             when it does not divide ``N``.
         generator: the RNG for the permutation (a fresh one per call of
             this function means a fresh shuffle per epoch).
     """
     leaves = nest.flatten(batch)
     treespec = nest.structure(batch)
-    for idx in minibatch_indices(leaves[0].shape[0], mini_batch_size, 1,
+    for idx in minibatch_indices(leaves[0].shape[0], minibatch_size, 1,
                                  generator):
         yield nest.unflatten(treespec, [x[idx] for x in leaves])

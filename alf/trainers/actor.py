@@ -44,7 +44,7 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
         conn: the actor's end of its pipe to the learner.
         gin_config: the learner's ``gin.config_str()``: the actor builds its
             environments and algorithm with the same bindings.
-        config: the rank's `TrainerConfig` (sizes per rank).
+        config: the rank's `TrainerConfig` (`TrainerConfig.per_rank`).
         env_spec: the learner's gymnasium registration of
             ``config.env_name``, if it has one: an environment registered
             at run time (by a script or a test) is registered here too.

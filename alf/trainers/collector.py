@@ -169,17 +169,17 @@ class AsyncCollector:
     and stores it in the algorithm in the learner's thread.
 
     Args:
-        config: the rank's `TrainerConfig` (``num_envs`` per rank; uses
+        config: the rank's `TrainerConfig` (uses ``local_num_envs``,
             ``envs_per_actor``, ``unroll_length`` and ``max_policy_lag``).
     """
 
     def __init__(self, config):
         envs_per_actor = config.envs_per_actor
-        if config.num_envs % envs_per_actor:
+        if config.local_num_envs % envs_per_actor:
             raise ConfigError(
                 f"TrainerConfig.envs_per_actor={envs_per_actor} does not "
-                f"divide the {config.num_envs} environments of a process; "
-                f"use a divisor of {config.num_envs}")
+                f"divide the {config.local_num_envs} environments of a "
+                f"process; use a divisor of {config.local_num_envs}")
         self._T, self._lag = config.unroll_length, config.max_policy_lag
         self._alg = self._episodes = None
         self._queue: "queue.Queue" = queue.Queue()
@@ -194,7 +194,7 @@ class AsyncCollector:
         self.actor_steps = 0
         ctx = mp.get_context("spawn")
         self._conns, self._procs = [], []
-        n = config.num_envs // envs_per_actor
+        n = config.local_num_envs // envs_per_actor
         self._envs_per_actor = envs_per_actor
         self._cols = [i * envs_per_actor for i in range(n)]
         gin_config = gin.config_str()

@@ -163,7 +163,7 @@ def make_preemption(config, rank: int,
     preemption = Preemption(store, rank, world_size, config.sync_frac,
                             config.min_rollout_fraction,
                             config.unroll_length, config.preempt_rule,
-                            config.num_envs)
+                            config.local_num_envs)
     if preemption.needed >= world_size and rank == 0:
         logging.warning(
             "TrainerConfig.sync_frac=%s with %d processes: a rank would be "

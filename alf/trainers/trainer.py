@@ -53,9 +53,12 @@ class Trainer:
     Args:
         root_dir: where summaries, ``eval.csv``, ``config.gin`` and
             checkpoints go; an existing run there is resumed.
-        config: the global `TrainerConfig` (default: gin's).
+        config: the run's `TrainerConfig` (default: gin's), not divided
+            among ranks.
 
     Attributes:
+        config: ``config`` as this rank runs it (`TrainerConfig.per_rank`):
+            the global sizes, and this rank's as ``local_*``.
         iteration: training iterations done (resumed ones included).
         env_steps: env steps trained on, all ranks together.
         env_steps_at_start: ``env_steps`` of the checkpoint resumed from.
@@ -65,12 +68,11 @@ class Trainer:
     """
 
     def __init__(self, root_dir: str, config: Optional[TrainerConfig] = None):
-        self.global_config = config or TrainerConfig()
         self.root_dir = root_dir
         self.rank = distributed.get_rank()
         self.world_size = distributed.get_world_size()
         self.is_chief = self.rank == 0
-        self.config = self.global_config.per_rank(self.world_size)
+        self.config = (config or TrainerConfig()).per_rank(self.world_size)
         self.iteration = 0
         self.env_steps = 0
         self.env_steps_at_start = 0
@@ -138,7 +140,7 @@ class Trainer:
             self._collector = AsyncCollector(cfg)
         else:
             self._collector = SyncCollector(check_environment(
-                cfg.env_load_fn(cfg.env_name, num_envs=cfg.num_envs,
+                cfg.env_load_fn(cfg.env_name, num_envs=cfg.local_num_envs,
                                 seed=None, asynchronous=cfg.async_env),
                 cfg.env_load_fn), cfg.unroll_length)
         obs_space, action_space, metrics = self._collector.describe()
@@ -147,18 +149,18 @@ class Trainer:
         self.algorithm = cfg.algorithm_ctor(
             observation_space=obs_space, action_space=action_space,
             config=cfg).to(self.device)
-        self._episodes = EpisodeStats(cfg.num_envs, metrics)
+        self._episodes = EpisodeStats(cfg.local_num_envs, metrics)
         self._run_state = RunState(self.root_dir, self.algorithm,
                                    self._episodes, self.is_chief,
                                    cfg.max_checkpoints, cfg.best_metric,
                                    metrics)
         self._counts = CollectionCounts(
-            self.global_config.steps_per_iteration, self.rank,
+            cfg.steps_per_iteration, self.rank,
             self.world_size, cfg.preempt_stragglers and self.world_size > 1)
         self._reporter = Reporter(
             self.root_dir, self._episodes, self._counts,
             self._collector.cpu_per_step, self.device,
-            self.global_config.num_env_steps, cfg.log_interval_seconds,
+            cfg.num_env_steps, cfg.log_interval_seconds,
             self.is_chief, self.world_size)
         if self.is_chief:
             self._evaluator = _make_evaluator(cfg, cfg.env_load_fn)
@@ -177,23 +179,23 @@ class Trainer:
         # Evaluations after the checkpoint (all of them without one: a run
         # that failed before its first) come from training this run
         # discards; unless it had finished, it evaluates those steps again.
-        if self.is_chief and self.env_steps < self.global_config.num_env_steps:
+        if self.is_chief and self.env_steps < self.config.num_env_steps:
             self._reporter.set_aside_discarded_evaluations(self.env_steps)
 
     def _start(self) -> bool:
         """Resumes and starts collection; False if the run had finished."""
-        cfg, gcfg = self.config, self.global_config
+        cfg = self.config
         self._restore()
         # All built by `_build`.
         assert (self.algorithm is not None and self._collector is not None
                 and self._episodes is not None and self._run_state is not None
                 and self._reporter is not None)
         distributed.activate_ddp(self.algorithm)
-        if self.env_steps >= gcfg.num_env_steps:
+        if self.env_steps >= cfg.num_env_steps:
             if self.is_chief:
                 logging.info("the run in %s already finished (%d of %d env "
                              "steps); nothing to do", self.root_dir,
-                             self.env_steps, gcfg.num_env_steps)
+                             self.env_steps, cfg.num_env_steps)
             return False
         if self.is_chief:
             logging.info("training on %s%s", self.device,
@@ -210,7 +212,7 @@ class Trainer:
         else:  # a fresh run, or ranks other than the one that saved the RNG
             torch.manual_seed(torch_seed)
         env_seed = seeds.env_seed(cfg.seed, self.iteration, self.rank,
-                                  cfg.num_envs)
+                                  cfg.local_num_envs)
         self._preemption = make_preemption(cfg, self.rank, self.world_size)
         self._collector.start(self.algorithm, self._episodes, env_seed,
                               self.iteration, torch_seed, self._preemption)
@@ -225,10 +227,10 @@ class Trainer:
         assert (self.algorithm is not None and self._collector is not None
                 and self._counts is not None and self._run_state is not None
                 and self._reporter is not None)
-        cfg, gcfg = self.config, self.global_config
+        cfg = self.config
         last_eval = {}
         try:
-            while self.env_steps < gcfg.num_env_steps:
+            while self.env_steps < cfg.num_env_steps:
                 iteration_start = time.perf_counter()
                 collect_stats = self._collector.collect()
                 collected = self._counts.agree(
@@ -238,7 +240,7 @@ class Trainer:
                 learner_start = time.thread_time()
                 try:
                     stats = self.algorithm.train_iter(
-                        min(steps / gcfg.num_env_steps, 1.0))
+                        min(steps / cfg.num_env_steps, 1.0))
                 except TrainingError as e:
                     raise TrainingError(
                         f"{e} at iteration {self.iteration + 1} "
@@ -255,7 +257,7 @@ class Trainer:
                 # checkpoint saved on interrupt is consistent.
                 self.env_steps = steps
                 self.iteration += 1
-                final = self.env_steps >= gcfg.num_env_steps
+                final = self.env_steps >= cfg.num_env_steps
                 if self.iteration % cfg.summary_interval == 0 or final:
                     self._reporter.summarize(self.env_steps, stats)
                 if (cfg.eval_interval and self.iteration % cfg.eval_interval

@@ -9,25 +9,34 @@ from alf.environments import suite_gym
 from alf.trainers.collector import UNROLL_MODES
 from alf.trainers import preemption
 from alf.utils import distributed
+from alf.utils.deprecation import FORMER, former_spelling
 from alf.utils.errors import ConfigError
 
 
-@gin.configurable
+@gin.configurable(denylist=["world_size"])
 @dataclasses.dataclass
 class TrainerConfig:
-    """Training settings. Sizes have their single-process (global) meaning.
+    """Training settings, and one rank's share of its sizes.
 
-    In an N-process run, ``num_envs`` and ``mini_batch_size`` are divided
-    among the ranks (see `per_rank`) and ``num_env_steps`` counts the steps of
-    all ranks, so 1-process and N-process runs of one config are the same
-    experiment.
+    A size under its plain name is global: it keeps its single-process
+    meaning in an N-process run (``num_envs`` environments in all,
+    minibatches of ``minibatch_size`` transitions in all, ``num_env_steps``
+    counting the steps of all ranks), so 1-process and N-process runs of one
+    config are the same experiment. A rank's share carries a name of its own
+    (CleanRL's ``num_envs`` / ``local_num_envs``): `per_rank` gives the
+    config one of ``world_size`` ranks runs with, the same settings with
+    ``world_size`` set, whose ``local_*`` properties are that rank's shares
+    (``local_num_envs = num_envs / world_size``). So ``config.num_envs`` is
+    global wherever it is read, and ``config.local_num_envs`` is the rank's
+    (the same number in a config not divided, ``world_size == 1``).
 
     Attributes:
         algorithm_ctor: ``(observation_space, action_space, config) ->
-            RLAlgorithm``, e.g. ``@PPOAlgorithm`` in gin. If it has a
-            ``check_config(config, world_size)`` attribute, `per_rank` calls
-            it with the per-rank config, so that an N-process launch refuses
-            sizes the algorithm cannot use before any process starts.
+            RLAlgorithm``, e.g. ``@PPOAlgorithm`` in gin; ``config`` is the
+            rank's (`per_rank`). If it has a ``check_config(config,
+            world_size)`` attribute, `per_rank` calls it with the rank's
+            config, so that an N-process launch refuses sizes the algorithm
+            cannot use before any process starts.
         env_name: environment id for ``env_load_fn``.
         env_load_fn: ``(env_name, num_envs, seed, asynchronous) ->
             BatchedEnvironment`` (`alf.environments.batched`; a new suite
@@ -82,11 +91,14 @@ class TrainerConfig:
             learner dominates the iteration keeps collecting);
             ``"always"``: DD-PPO's rule alone. See
             `alf.trainers.preemption`.
-        mini_batch_size: transitions per minibatch (global).
-        num_updates_per_train_iter: epochs over each unroll (on-policy);
-            gradient updates per iteration (off-policy: with
-            ``unroll_length * num_envs`` env steps per iteration this sets
-            the updates per env step).
+        minibatch_size: transitions per minibatch (global; each rank
+            draws ``local_minibatch_size`` of them).
+        num_epochs: on-policy algorithms (PPO, PPG): passes over each
+            unroll, each cut into minibatches.
+        num_updates_per_iter: off-policy algorithms (SAC, DQN): gradient
+            updates per training iteration, each on a minibatch sampled
+            from the replay buffer; with ``unroll_length * num_envs`` env
+            steps per iteration this sets the updates per env step.
         initial_collect_steps: off-policy: env steps (global) of uniformly
             random actions stored before training starts.
         replay_buffer_capacity: off-policy: transitions kept (global; each
@@ -136,6 +148,19 @@ class TrainerConfig:
             single process, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``
             (single process). Environments always run on the CPU. Small MLPs
             (CartPole, MetaDrive's state vector) train faster on the CPU.
+        world_size: the number of ranks the sizes are divided among: 1,
+            or what `per_rank` set. The launch decides it, so gin refuses
+            it as a setting.
+        local_num_envs, local_minibatch_size, local_initial_collect_steps,
+            local_replay_buffer_capacity: this rank's share of ``num_envs``,
+            ``minibatch_size``, ``initial_collect_steps`` and
+            ``replay_buffer_capacity`` (read-only: the global size divided
+            by ``world_size``).
+        mini_batch_size: deprecated spelling of ``minibatch_size``
+            (accepted with a warning; not an attribute).
+        num_updates_per_train_iter: deprecated: sets both ``num_epochs``
+            and ``num_updates_per_iter`` (accepted with a warning; not an
+            attribute).
     """
 
     algorithm_ctor: Optional[Callable] = None
@@ -151,8 +176,9 @@ class TrainerConfig:
     sync_frac: float = 0.6
     min_rollout_fraction: float = 0.25
     preempt_rule: str = "throughput"
-    mini_batch_size: int = 256
-    num_updates_per_train_iter: int = 10
+    minibatch_size: int = 256
+    num_epochs: int = 10
+    num_updates_per_iter: int = 10
     num_env_steps: int = 100_000
     initial_collect_steps: int = 0
     replay_buffer_capacity: int = 100_000
@@ -169,17 +195,34 @@ class TrainerConfig:
     log_interval_seconds: float = 10.0
     sync_check_interval: int = 50
     device: str = "auto"
+    world_size: int = 1
+    # Former spellings: gin files and saved runs' config.gin still use them.
+    mini_batch_size: dataclasses.InitVar[int] = FORMER
+    num_updates_per_train_iter: dataclasses.InitVar[int] = FORMER
 
-    def __post_init__(self):
+    def __post_init__(self, mini_batch_size, num_updates_per_train_iter):
         if self.algorithm_ctor is None:
             raise ConfigError("TrainerConfig.algorithm_ctor is not set; bind "
                               "it in gin, e.g. "
                               "TrainerConfig.algorithm_ctor = @PPOAlgorithm")
-        for name in ("num_envs", "unroll_length", "mini_batch_size",
-                     "num_updates_per_train_iter", "num_env_steps",
+        if former_spelling("TrainerConfig", "mini_batch_size",
+                           mini_batch_size, ["minibatch_size"],
+                           self._given("minibatch_size")):
+            self.minibatch_size = mini_batch_size
+        if former_spelling("TrainerConfig", "num_updates_per_train_iter",
+                           num_updates_per_train_iter,
+                           ["num_epochs (on-policy)",
+                            "num_updates_per_iter (off-policy)"],
+                           self._given("num_epochs")
+                           or self._given("num_updates_per_iter")):
+            self.num_epochs = num_updates_per_train_iter
+            self.num_updates_per_iter = num_updates_per_train_iter
+        for name in ("num_envs", "unroll_length", "minibatch_size",
+                     "num_epochs", "num_updates_per_iter", "num_env_steps",
                      "num_eval_episodes", "summary_interval",
                      "checkpoint_interval", "torch_num_threads",
-                     "replay_buffer_capacity", "envs_per_actor"):
+                     "replay_buffer_capacity", "envs_per_actor",
+                     "world_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
@@ -205,6 +248,20 @@ class TrainerConfig:
                                   "be a fraction in (0, 1]")
         preemption.check_rule(self.preempt_rule)
         _parse_device(self.device)
+        self._check_divides(self.world_size)
+
+    def _check_divides(self, world_size: int) -> None:
+        """Refuses global sizes that do not divide among ``world_size``."""
+        for name in _DIVIDED:
+            if getattr(self, name) % world_size:
+                raise ConfigError(
+                    f"TrainerConfig.{name}={getattr(self, name)} does not "
+                    f"divide among {world_size} processes; use a multiple "
+                    f"of {world_size}")
+
+    def _given(self, name: str) -> bool:
+        """Whether field ``name`` differs from its default (was given)."""
+        return getattr(self, name) != _FIELDS[name].default
 
     def resolve_device(self, group: Optional[str] = None) -> torch.device:
         """The device a training process uses (see ``device``).
@@ -259,26 +316,41 @@ class TrainerConfig:
         """Environment steps per iteration (global)."""
         return self.num_envs * self.unroll_length
 
+    @property
+    def local_num_envs(self) -> int:
+        """This rank's training environments."""
+        return self.num_envs // self.world_size
+
+    @property
+    def local_minibatch_size(self) -> int:
+        """This rank's transitions of each minibatch."""
+        return self.minibatch_size // self.world_size
+
+    @property
+    def local_initial_collect_steps(self) -> int:
+        """This rank's env steps of the initial random collection."""
+        return self.initial_collect_steps // self.world_size
+
+    @property
+    def local_replay_buffer_capacity(self) -> int:
+        """Transitions this rank's replay buffer keeps."""
+        return self.replay_buffer_capacity // self.world_size
+
     def per_rank(self, world_size: int) -> "TrainerConfig":
-        """The config one of ``world_size`` ranks runs with.
+        """The config one of ``world_size`` ranks runs with: this one with
+        ``world_size`` set (global sizes unchanged; the ``local_*`` ones
+        are the rank's share).
 
         Raises:
             ConfigError: if a global size does not divide by ``world_size``,
                 or the algorithm's ``check_config`` refuses the sizes.
         """
-        if world_size == 1:
+        if world_size == self.world_size == 1:
             return self
-        divided = ("num_envs", "mini_batch_size", "initial_collect_steps",
-                   "replay_buffer_capacity")
-        for name in divided:
-            if getattr(self, name) % world_size:
-                raise ConfigError(
-                    f"TrainerConfig.{name}={getattr(self, name)} does not "
-                    f"divide among {world_size} processes; use a multiple of "
-                    f"{world_size}")
-        ranked = dataclasses.replace(
-            self, **{name: getattr(self, name) // world_size
-                     for name in divided})
+        self._check_divides(world_size)
+        ranked = dataclasses.replace(self, world_size=world_size)
+        if world_size == 1:
+            return ranked
         modes = getattr(self.algorithm_ctor, "preemptible_unroll_modes", ())
         if self.preempt_stragglers and self.unroll_mode not in modes:
             name = getattr(self.algorithm_ctor, "__name__",
@@ -306,3 +378,9 @@ def _parse_device(setting) -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(message)
     return device
+
+
+#: The sizes that `TrainerConfig.per_rank` divides among the ranks.
+_DIVIDED = ("num_envs", "minibatch_size", "initial_collect_steps",
+            "replay_buffer_capacity")
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainerConfig)}

@@ -183,7 +183,7 @@ def _build(name, **kw):
     ctor = {"PPOAlgorithm": PPOAlgorithm, "PPGAlgorithm": PPGAlgorithm,
             "SACAlgorithm": SACAlgorithm, "DQNAlgorithm": DQNAlgorithm}[name]
     cfg = TrainerConfig(algorithm_ctor=ctor, num_envs=2, unroll_length=4,
-                        mini_batch_size=8, replay_buffer_capacity=16)
+                        minibatch_size=8, replay_buffer_capacity=16)
     box = gym.spaces.Box(-1, 1, (2, ))
     action = box if name == "SACAlgorithm" else gym.spaces.Discrete(2)
     return ctor(box, action, cfg, **kw)

@@ -14,7 +14,7 @@ OBS = gym.spaces.Box(-1, 1, (3, ))
 
 def _config(**kw):
     kw = dict(dict(algorithm_ctor=DQNAlgorithm, num_envs=2, unroll_length=4,
-                   mini_batch_size=4, replay_buffer_capacity=16), **kw)
+                   minibatch_size=4, replay_buffer_capacity=16), **kw)
     return TrainerConfig(**kw)
 
 
@@ -101,7 +101,7 @@ def test_capacity_smaller_than_one_unroll_is_refused():
                      _config(replay_buffer_capacity=6))
 
 
-@pytest.mark.parametrize("name", ["mini_batch_size", "initial_collect_steps"])
+@pytest.mark.parametrize("name", ["minibatch_size", "initial_collect_steps"])
 def test_minibatch_or_initial_collection_larger_than_buffer(name):
     with pytest.raises(ConfigError, match=f"{name}=40 .* holds \\(16"):
         DQNAlgorithm(OBS, gym.spaces.Discrete(3), _config(**{name: 40}))

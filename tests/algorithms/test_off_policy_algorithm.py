@@ -19,9 +19,9 @@ BOX = gym.spaces.Box(-1, 1, (3, ))
 def test_size_from_spaces_is_what_storing_allocates(tmp_path, ctor, env_name):
     cfg = TrainerConfig(algorithm_ctor=ctor, env_name=env_name, num_envs=2,
                         unroll_length=1, num_env_steps=4,
-                        initial_collect_steps=2, mini_batch_size=2,
+                        initial_collect_steps=2, minibatch_size=2,
                         replay_buffer_capacity=8, num_eval_episodes=1,
-                        num_updates_per_train_iter=1)
+                        num_updates_per_iter=1)
     trainer = Trainer(str(tmp_path), cfg)
     trainer.train()
     rb = trainer.algorithm.replay_buffer
@@ -32,7 +32,7 @@ def test_size_from_spaces_is_what_storing_allocates(tmp_path, ctor, env_name):
 
 def _sac(capacity, **kw):
     cfg = TrainerConfig(algorithm_ctor=SACAlgorithm, num_envs=2,
-                        unroll_length=1, mini_batch_size=4,
+                        unroll_length=1, minibatch_size=4,
                         replay_buffer_capacity=capacity)
     return SACAlgorithm(BOX, gym.spaces.Box(-2, 2, (1, )), cfg, **kw)
 

@@ -16,9 +16,9 @@ def _train_sac(rank, replay, iterations):
     from alf.utils import distributed
 
     cfg = TrainerConfig(algorithm_ctor=SACAlgorithm, num_envs=4,
-                        unroll_length=2, mini_batch_size=16,
+                        unroll_length=2, minibatch_size=16,
                         initial_collect_steps=8, replay_buffer_capacity=64,
-                        num_updates_per_train_iter=3).per_rank(2)
+                        num_updates_per_iter=3).per_rank(2)
     torch.manual_seed(0)  # equal initial weights, as the trainer does
     alg = SACAlgorithm(gym.spaces.Box(-1, 1, (3, )),
                        gym.spaces.Box(-1, 1, (1, )), cfg,

@@ -20,12 +20,12 @@ OBS_SPACE = gym.spaces.Box(-10, 10, (OBS, ))
 
 def _ppg(world_size=1, aux_interval=2, **kw):
     cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
-                        unroll_length=T, mini_batch_size=T * B,
-                        num_updates_per_train_iter=2).per_rank(world_size)
+                        unroll_length=T, minibatch_size=T * B,
+                        num_epochs=2).per_rank(world_size)
     torch.manual_seed(0)
     return PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg,
                         aux_interval=aux_interval, aux_epochs=2,
-                        aux_mini_batch_size=aux_interval * T * B, **kw)
+                        aux_minibatch_size=aux_interval * T * B, **kw)
 
 
 def test_aux_loss_matches_hand_computation():
@@ -128,7 +128,7 @@ def test_ppo_parameters_unset_on_ppg_keep_ppo_bindings():
         "PPGAlgorithm.learning_rate=7e-4"])
     try:
         cfg = TrainerConfig(num_envs=B, unroll_length=T,
-                            mini_batch_size=T * B)
+                            minibatch_size=T * B)
         alg = cfg.algorithm_ctor(observation_space=OBS_SPACE,
                                  action_space=gym.spaces.Discrete(3),
                                  config=cfg)
@@ -139,18 +139,55 @@ def test_ppo_parameters_unset_on_ppg_keep_ppo_bindings():
     assert alg._lr == 7e-4  # PPGAlgorithm's binding wins over PPO's
 
 
-def test_aux_mini_batch_larger_than_the_aux_phase_is_refused():
+def test_aux_minibatch_larger_than_the_aux_phase_is_refused():
     from alf.utils.errors import ConfigError
     cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
-                        unroll_length=T, mini_batch_size=T * B)
+                        unroll_length=T, minibatch_size=T * B)
     with pytest.raises(ConfigError) as info:
         PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg, aux_interval=2,
-                     aux_mini_batch_size=2 * T * B + 1)
+                     aux_minibatch_size=2 * T * B + 1)
     msg = str(info.value).splitlines()[0]
-    assert msg == (f"PPGAlgorithm.aux_mini_batch_size={2 * T * B + 1} is "
+    assert msg == (f"PPGAlgorithm.aux_minibatch_size={2 * T * B + 1} is "
                    f"more than the {2 * T * B} transitions of an auxiliary "
                    f"phase (aux_interval=2 x num_envs={B} x unroll_length="
                    f"{T}); use at most {2 * T * B}")
+
+
+def test_aux_mini_batch_size_still_works_and_warns_once(monkeypatch, caplog):
+    import logging
+    import alf.config
+    from alf.utils import deprecation
+    monkeypatch.setattr(deprecation, "_warned", set())
+    caplog.set_level(logging.WARNING)
+    alf.config.parse_config([], [
+        "TrainerConfig.algorithm_ctor = @PPGAlgorithm",
+        "PPGAlgorithm.aux_mini_batch_size = 64"])
+    try:
+        cfg = TrainerConfig(num_envs=B, unroll_length=T,
+                            minibatch_size=T * B)
+        for world_size in (1, 2):
+            alg = cfg.algorithm_ctor(observation_space=OBS_SPACE,
+                                     action_space=gym.spaces.Discrete(3),
+                                     config=cfg.per_rank(world_size))
+            assert alg._local_aux_minibatch_size == 64 // world_size
+    finally:
+        gin.clear_config()
+    assert [r.getMessage() for r in caplog.records
+            if "deprecated" in r.getMessage()] == [
+        "PPGAlgorithm.aux_mini_batch_size is deprecated; use "
+        "PPGAlgorithm.aux_minibatch_size"]
+
+
+def test_aux_minibatch_size_in_both_spellings_is_refused():
+    from alf.utils.errors import ConfigError, one_line
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, minibatch_size=T * B)
+    with pytest.raises(ConfigError) as info:
+        PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg,
+                     aux_minibatch_size=32, aux_mini_batch_size=64)
+    assert one_line(info.value) == (
+        "PPGAlgorithm.aux_mini_batch_size and its new spelling "
+        "PPGAlgorithm.aux_minibatch_size are both set; keep only the new one")
 
 
 # ---- uneven batches: rank 0 collects 3 steps, rank 1 5, per iteration ------

@@ -19,7 +19,7 @@ from distributed_harness import run_ranks, values
 
 def _ppo(**kw):
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
-                        unroll_length=2, mini_batch_size=4)
+                        unroll_length=2, minibatch_size=4)
     return PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
                         cfg, **kw)
 
@@ -102,24 +102,23 @@ def test_ppo_learns_cart_pole(tmp_path):
 
 
 @pytest.mark.parametrize("world", [1, 2])
-def test_mini_batch_larger_than_the_unroll_is_refused(monkeypatch, world):
-    from alf.utils import distributed
+def test_minibatch_larger_than_the_unroll_is_refused(world):
     from alf.utils.errors import ConfigError
-    monkeypatch.setattr(distributed, "get_world_size", lambda: world)
-    # A rank's config (per_rank itself refuses it: test_trainer_config).
-    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4 // world,
-                        unroll_length=8, mini_batch_size=64 // world)
+    # A rank's config, built without per_rank (which refuses it itself:
+    # test_trainer_config).
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
+                        unroll_length=8, minibatch_size=64, world_size=world)
     with pytest.raises(ConfigError) as info:
         PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
                      cfg)
     msg = str(info.value).splitlines()[0]
-    assert msg.startswith("TrainerConfig.mini_batch_size=64 is more than the "
+    assert msg.startswith("TrainerConfig.minibatch_size=64 is more than the "
                           "32 transitions of one iteration (num_envs=4 x "
                           "unroll_length=8)"), msg
     assert msg.endswith("use at most 32")
     assert ("per process, 32 of 16" in msg) == (world == 2)
     PPOAlgorithm(gym.spaces.Box(-1, 1, (2, )), gym.spaces.Discrete(2),
-                 dataclasses.replace(cfg, mini_batch_size=32 // world))
+                 dataclasses.replace(cfg, minibatch_size=32))
 
 
 # ---- uneven batches: 2 ranks with unrolls of 3 and 5 steps ---------------
@@ -149,8 +148,8 @@ def _rank_part(rank):
 
 def _uneven_alg(world, uneven=True):
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=UB,
-                        unroll_length=UT, mini_batch_size=UT * UB,
-                        num_updates_per_train_iter=3).per_rank(world)
+                        unroll_length=UT, minibatch_size=UT * UB,
+                        num_epochs=3).per_rank(world)
     torch.manual_seed(0)
     return PPOAlgorithm(gym.spaces.Box(-10, 10, (UOBS, )),
                         gym.spaces.Discrete(2), cfg,

@@ -12,7 +12,7 @@ OBS = gym.spaces.Box(-1, 1, (3, ))
 
 def _config(env_name="Toy-v0"):
     return TrainerConfig(algorithm_ctor=PPOAlgorithm, env_name=env_name,
-                         num_envs=2, unroll_length=2, mini_batch_size=4)
+                         num_envs=2, unroll_length=2, minibatch_size=4)
 
 
 def _unbuildable(*args, **kwargs):

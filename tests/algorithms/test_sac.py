@@ -17,7 +17,7 @@ ACT = gym.spaces.Box(-2, 2, (2, ))
 def _sac(**kw):
     torch.manual_seed(0)
     cfg = TrainerConfig(algorithm_ctor=SACAlgorithm, num_envs=2,
-                        unroll_length=1, mini_batch_size=4,
+                        unroll_length=1, minibatch_size=4,
                         replay_buffer_capacity=16)
     return SACAlgorithm(OBS, ACT, cfg, **kw)
 

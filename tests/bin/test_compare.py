@@ -313,12 +313,12 @@ def test_analysis_uses_side_names(tmp_path, monkeypatch):
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
     compare.plot(str(tmp_path / "compare.png"), grid, values, "t")
     assert labels == ["async: mean, min-max of 1", "sync: mean, min-max of 1"]
-    stats = {"mini_batch_128": {0: {"final": 1.0, "auc": 1.0}},
+    stats = {"minibatch_128": {0: {"final": 1.0, "auc": 1.0}},
              "b": {0: {"final": 1.0, "auc": 1.0}}}
     _, lines = compare.verdict(stats, 0.1, 25, pvalue=_no_ttest)
-    assert lines[1].split()[:2] == ["mini_batch_128", "0"]
+    assert lines[1].split()[:2] == ["minibatch_128", "0"]
     assert len(lines[0]) == len(lines[1])  # the column fits the long name
-    assert lines[-1].startswith("verdict: mini_batch_128 and b AGREE")
+    assert lines[-1].startswith("verdict: minibatch_128 and b AGREE")
 
 
 # ---- end to end ----------------------------------------------------------------
@@ -381,12 +381,12 @@ def test_failed_run_names_run_and_log(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_end_to_end_two_settings(tmp_path):
-    sides = ["--a_param", "TrainerConfig.mini_batch_size=128",
+    sides = ["--a_param", "TrainerConfig.minibatch_size=128",
              "--b_param", "PPOAlgorithm.learning_rate=3e-4"]
     res = _run_tool(tmp_path, extra=sides)
     assert res.returncode in (0, 3), res.stdout + res.stderr
     assert res.stdout.startswith(
-        "side A, a: 1 process; TrainerConfig.mini_batch_size=128\n"
+        "side A, a: 1 process; TrainerConfig.minibatch_size=128\n"
         "side B, b: 1 process; PPOAlgorithm.learning_rate=3e-4\n")
     with open(tmp_path / "compare.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -395,18 +395,18 @@ def test_end_to_end_two_settings(tmp_path):
         res.stdout
     assert "\nverdict: a and b " in res.stdout
     # Each side's runs got its bindings, in one process.
-    for side, param in (("a", "mini_batch_size=128"),
+    for side, param in (("a", "minibatch_size=128"),
                         ("b", "learning_rate=3e-4")):
         with open(tmp_path / side / "seed0.log") as f:
             command = f.readline()
         assert param in command and "--distributed" not in command
-        assert ("mini_batch_size=128" in command) == (side == "a")
+        assert ("minibatch_size=128" in command) == (side == "a")
     again = _run_tool(tmp_path, extra=sides)
     assert again.returncode == res.returncode, again.stdout + again.stderr
     assert again.stdout.count(": reused") == 2, again.stdout
     # The same names with other bindings: refused before anything trains.
     other = _run_tool(tmp_path, extra=[
-        "--a_param", "TrainerConfig.mini_batch_size=64", *sides[2:]])
+        "--a_param", "TrainerConfig.minibatch_size=64", *sides[2:]])
     assert other.returncode == 1
     assert other.stderr.count("\n") == 1 and other.stderr.startswith(
         f"alf.bin.compare: error: {tmp_path / 'a'} holds runs of other "
@@ -417,13 +417,13 @@ def test_end_to_end_two_settings(tmp_path):
 @pytest.mark.timeout(120)
 def test_malformed_b_param_is_refused_before_any_run(tmp_path):
     res = _run_tool(tmp_path, extra=[
-        "--a_param", "TrainerConfig.mini_batch_size=128",
-        "--b_param", "TrainerConfig.mini_batch_size 128"])  # no '='
+        "--a_param", "TrainerConfig.minibatch_size=128",
+        "--b_param", "TrainerConfig.minibatch_size 128"])  # no '='
     assert res.returncode == 1, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and res.stderr.startswith(
         "alf.bin.compare: error: side b (1 process; TrainerConfig."
-        "mini_batch_size 128): bad gin configuration: "), res.stderr
-    assert "--gin_param 'TrainerConfig.mini_batch_size 128'" in res.stderr
+        "minibatch_size 128): bad gin configuration: "), res.stderr
+    assert "--gin_param 'TrainerConfig.minibatch_size 128'" in res.stderr
     assert res.stdout == "" and not os.path.exists(tmp_path / "a")
 
 

@@ -27,8 +27,8 @@ TINY = {
     "TrainerConfig.num_env_steps": str(STEPS),
     "TrainerConfig.num_envs": "2",
     "TrainerConfig.unroll_length": "16",
-    "TrainerConfig.mini_batch_size": "32",
-    "TrainerConfig.num_updates_per_train_iter": "2",
+    "TrainerConfig.minibatch_size": "32",
+    "TrainerConfig.num_epochs": "2",
     "TrainerConfig.num_eval_episodes": "2",
 }
 PREFIX = "alf.bin.train: error:"

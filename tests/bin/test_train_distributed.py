@@ -15,8 +15,8 @@ from cli_harness import session_processes
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 TINY = ["TrainerConfig.num_env_steps=1024", "TrainerConfig.num_envs=4",
-        "TrainerConfig.unroll_length=16", "TrainerConfig.mini_batch_size=32",
-        "TrainerConfig.num_updates_per_train_iter=2",
+        "TrainerConfig.unroll_length=16", "TrainerConfig.minibatch_size=32",
+        "TrainerConfig.num_epochs=2",
         "TrainerConfig.num_eval_episodes=2", "TrainerConfig.eval_interval=4",
         "TrainerConfig.sync_check_interval=1"]
 MP = ["--distributed", "multi-process", "--num_processes", "2"]

@@ -10,7 +10,7 @@ from test_train import (PREFIX, assert_nothing_written, assert_one_line_error,
 
 SAC_TINY = {"TrainerConfig.num_env_steps": "200",
             "TrainerConfig.initial_collect_steps": "100",
-            "TrainerConfig.mini_batch_size": "32",
+            "TrainerConfig.minibatch_size": "32",
             "TrainerConfig.num_eval_episodes": "1",
             "SquashedGaussianActor.hidden_sizes": "(16,)",
             "CriticEnsemble.hidden_sizes": "(16,)"}
@@ -183,21 +183,21 @@ def test_replay_capacity_larger_than_memory(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_mini_batch_larger_than_the_batch(tmp_path):
+def test_minibatch_larger_than_the_batch(tmp_path):
     _refused(tmp_path, "ppo_cart_pole.gin",
-             {"TrainerConfig.mini_batch_size": "4096"},
-             "TrainerConfig.mini_batch_size=4096", "32 transitions",
+             {"TrainerConfig.minibatch_size": "4096"},
+             "TrainerConfig.minibatch_size=4096", "32 transitions",
              "use at most 32")
 
 
 @pytest.mark.timeout(120)
-def test_mini_batch_larger_than_the_batch_with_2_processes(tmp_path):
+def test_minibatch_larger_than_the_batch_with_2_processes(tmp_path):
     root = tmp_path / "run"
-    res = run_cli(root, TrainerConfig__mini_batch_size="4096",
+    res = run_cli(root, TrainerConfig__minibatch_size="4096",
                   extra=["--distributed", "multi-process",
                          "--num_processes", "2"])
     assert res.returncode == 1, res.stderr
-    assert_one_line_error(res, "TrainerConfig.mini_batch_size=4096",
+    assert_one_line_error(res, "TrainerConfig.minibatch_size=4096",
                           "per process, 2048 of 16", "use at most 32")
     assert not root.exists()  # refused before any process was started
 

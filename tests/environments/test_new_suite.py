@@ -120,7 +120,7 @@ def _config(env_name: str, iterations: int, **kw) -> TrainerConfig:
         algorithm_ctor=functools.partial(PPOAlgorithm, learning_rate=3e-3,
                                          gamma=0.9),
         env_load_fn=load, env_name=env_name, num_envs=4, unroll_length=16,
-        mini_batch_size=32, num_updates_per_train_iter=4,
+        minibatch_size=32, num_epochs=4,
         num_env_steps=iterations * 64, eval_interval=0, num_eval_episodes=8,
         # The sampling policy: the untrained network's mode may already
         # move right everywhere, its samples do not.

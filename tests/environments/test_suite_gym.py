@@ -326,8 +326,8 @@ def test_trainer_unroll_stores_true_transitions(tmp_path,
 
     t_len, b = 14, 3
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, env_name=MIXED_ID,
-                        num_envs=b, unroll_length=t_len, mini_batch_size=21,
-                        num_updates_per_train_iter=1,
+                        num_envs=b, unroll_length=t_len, minibatch_size=21,
+                        num_epochs=1,
                         num_env_steps=t_len * b, num_eval_episodes=1,
                         eval_interval=0)
     trainer = Trainer(root_dir=str(tmp_path), config=cfg)

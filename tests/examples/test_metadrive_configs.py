@@ -12,14 +12,14 @@ pytest.importorskip("metadrive")
 TINY = {
     "TrainerConfig.num_envs": "2",
     "TrainerConfig.unroll_length": "32",
-    "TrainerConfig.mini_batch_size": "32",
-    "TrainerConfig.num_updates_per_train_iter": "1",
+    "TrainerConfig.minibatch_size": "32",
+    "TrainerConfig.num_epochs": "1",
     "TrainerConfig.num_env_steps": "128",
     "TrainerConfig.eval_interval": "0",
     "TrainerConfig.num_eval_episodes": "1",
     "PPGAlgorithm.aux_interval": "1",
     "PPGAlgorithm.aux_epochs": "1",
-    "PPGAlgorithm.aux_mini_batch_size": "32",
+    "PPGAlgorithm.aux_minibatch_size": "32",
     "suite_metadrive.load.horizon": "40",
 }
 

@@ -48,7 +48,7 @@ def test_trains_on_cuda(tmp_path, gin_file, mode):
                   TrainerConfig__unroll_mode=f'"{mode}"',
                   TrainerConfig__num_envs="2",
                   TrainerConfig__unroll_length="16",
-                  TrainerConfig__mini_batch_size="32",
+                  TrainerConfig__minibatch_size="32",
                   TrainerConfig__num_eval_episodes="2", **params)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out

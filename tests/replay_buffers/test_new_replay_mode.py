@@ -25,11 +25,11 @@ class LastNReplay(Replay):
         self.draws = []  # (buffer.num_added, indices) of every sample
         self.updates = []  # (indices, priorities) given back by the loss
 
-    def sample(self, mini_batch_size, progress=0.0, generator=None):
+    def sample(self, local_minibatch_size, progress=0.0, generator=None):
         buffer = self.buffer
         streams = buffer.batch_size
         steps = min(self.n, buffer.num_steps)
-        k = torch.randint(steps * streams, (mini_batch_size, ),
+        k = torch.randint(steps * streams, (local_minibatch_size, ),
                           generator=generator)
         # The a-th most recent step sits a slots before the last added one.
         age, stream = k // streams, k % streams
@@ -37,7 +37,7 @@ class LastNReplay(Replay):
         indices = slot * streams + stream
         self.draws.append((buffer.num_added, indices))
         return ReplaySample(buffer.gather(indices), indices, None,
-                            1.0 / mini_batch_size)
+                            1.0 / local_minibatch_size)
 
     def update_priorities(self, indices, priorities):
         self.updates.append((indices, priorities))
@@ -57,8 +57,8 @@ def test_a_replay_mode_written_outside_alf_trains_dqn(tmp_path, gin_config):
         "TrainerConfig.num_env_steps = 320",
         "TrainerConfig.unroll_length = 16",
         "TrainerConfig.initial_collect_steps = 64",
-        "TrainerConfig.mini_batch_size = 16",
-        "TrainerConfig.num_updates_per_train_iter = 4",
+        "TrainerConfig.minibatch_size = 16",
+        "TrainerConfig.num_updates_per_iter = 4",
         "TrainerConfig.replay_buffer_capacity = 1000",
         "TrainerConfig.eval_interval = 0",
         "TrainerConfig.num_eval_episodes = 1",

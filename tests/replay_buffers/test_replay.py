@@ -175,9 +175,9 @@ def test_a_bad_replay_is_one_line_naming_the_valid_values(bad, match):
 def _train_dqn(replay, **kw):
     """Weights of a DQN after a few updates on fixed random experience."""
     cfg = TrainerConfig(algorithm_ctor=DQNAlgorithm, num_envs=2,
-                        unroll_length=4, mini_batch_size=4,
+                        unroll_length=4, minibatch_size=4,
                         replay_buffer_capacity=32, initial_collect_steps=8,
-                        num_updates_per_train_iter=2)
+                        num_updates_per_iter=2)
     torch.manual_seed(0)
     alg = DQNAlgorithm(gym.spaces.Box(-1, 1, (3, )), gym.spaces.Discrete(3),
                        cfg, replay=replay, **kw)

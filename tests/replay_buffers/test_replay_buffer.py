@@ -218,7 +218,7 @@ def test_minibatches_cover_every_row_once():
 
 
 def test_minibatches_exact_division_and_one_big_batch():
-    """mini_batch_size dividing N gives equal batches; >= N gives one."""
+    """minibatch_size dividing N gives equal batches; >= N gives one."""
     batch = _flat_batch(12)
     assert [len(mb["i"]) for mb in iterate_minibatches(batch, 4)] == [4, 4, 4]
     mbs = list(iterate_minibatches(batch, 100))

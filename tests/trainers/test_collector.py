@@ -71,8 +71,8 @@ if SCRIPTED_ID not in gym.registry:
 
 def _config(**kw):
     kw = dict(dict(algorithm_ctor=PPOAlgorithm, env_name=SCRIPTED_ID,
-                   num_envs=3, unroll_length=6, mini_batch_size=18,
-                   num_updates_per_train_iter=1, unroll_mode="async"), **kw)
+                   num_envs=3, unroll_length=6, minibatch_size=18,
+                   num_epochs=1, unroll_mode="async"), **kw)
     return TrainerConfig(**kw)
 
 
@@ -81,7 +81,7 @@ def _started(cfg, env_seed=100, torch_seed=1):
     obs_space, action_space, names = collector.describe()
     torch.manual_seed(0)
     alg = PPOAlgorithm(obs_space, action_space, cfg)
-    collector.start(alg, EpisodeStats(cfg.num_envs, names), env_seed, 0,
+    collector.start(alg, EpisodeStats(cfg.local_num_envs, names), env_seed, 0,
                     torch_seed)
     return collector, alg
 
@@ -126,7 +126,7 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs():
     # Each environment's column, across unroll boundaries, is its exact
     # trajectory: consecutive steps, scripted ends, nothing lost or doubled.
     whole = nest.map_structure(lambda *xs: torch.cat(xs), *unrolls)
-    for b in range(cfg.num_envs):
+    for b in range(cfg.local_num_envs):
         _assert_exact_trajectory(nest.map_structure(lambda x: x[:, b], whole),
                                  tag=100 + b)
 
@@ -159,24 +159,24 @@ def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(
     collector = AsyncCollector(cfg)
     obs_space, action_space, names = collector.describe()
     alg = PPOAlgorithm(obs_space, action_space, cfg)
-    episodes = EpisodeStats(cfg.num_envs, names)
+    episodes = EpisodeStats(cfg.local_num_envs, names)
     preemption = Preemption(store, 1, 2, sync_frac=0.5, min_fraction=0.5,
                             unroll_length=8)
     collector.start(alg, episodes, 100, 0, 1, preemption)
     store.add("preempt/0", 1)
     store.add("preempt/1", 1)
-    columns, lengths = [[] for _ in range(cfg.num_envs)], []
+    columns, lengths = [[] for _ in range(cfg.local_num_envs)], []
     try:
         for u in range(3):
             collector.collect()
             exp = _take(alg)
             n = (alg.unroll_lengths if alg.unroll_lengths is not None else
-                 torch.full((cfg.num_envs, ), exp.reward.shape[0]))
+                 torch.full((cfg.local_num_envs, ), exp.reward.shape[0]))
             alg.unroll_lengths = None
             assert collector.last_steps == int(n.sum())
             assert collector.last_preempted == bool((n < 8).any())
             lengths.append(n.tolist())
-            for b in range(cfg.num_envs):
+            for b in range(cfg.local_num_envs):
                 columns[b].append(nest.map_structure(
                     lambda x: x[:int(n[b]), b], exp))
             collector.publish(u + 1)
@@ -185,13 +185,13 @@ def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(
     assert all(4 <= n <= 8 for n in lengths[0] + lengths[1]), lengths
     assert min(lengths[0]) < 8 and lengths[2] == [8, 8, 8], lengths
     assert int(store.get("preempt/2")) == 1  # unroll 2: counted as done
-    for b in range(cfg.num_envs):
+    for b in range(cfg.local_num_envs):
         _assert_exact_trajectory(
             nest.map_structure(lambda *xs: torch.cat(xs), *columns[b]),
             tag=100 + b)
     # Padding is not counted in the episode statistics: the steps of the
     # episodes under way are exactly the real steps since their start.
-    for b in range(cfg.num_envs):
+    for b in range(cfg.local_num_envs):
         last = columns[b][-1].observation[-1].long().tolist()
         done = bool(columns[b][-1].terminated[-1] |
                     columns[b][-1].truncated[-1])
@@ -259,8 +259,8 @@ def test_a_killed_actor_is_named_with_its_signal():
 # ---- 2 ranks on asynchronously collected batches == 1 process ------------
 def _async_ppo_update(rank, world_size):
     torch.set_num_threads(1)
-    cfg = _config(num_envs=4, unroll_length=5, mini_batch_size=20,
-                  num_updates_per_train_iter=3).per_rank(world_size)
+    cfg = _config(num_envs=4, unroll_length=5, minibatch_size=20,
+                  num_epochs=3).per_rank(world_size)
     collector, alg = _started(cfg, env_seed=100 + 2 * rank, torch_seed=rank)
     activate_ddp(alg)
     try:
@@ -275,8 +275,8 @@ def _async_ppo_update(rank, world_size):
 def test_two_ranks_on_async_batches_equal_one_process_on_the_union():
     (exp0, state0), (exp1, state1) = values(run_ranks(_async_ppo_update, 2))
     union = nest.map_structure(lambda a, b: torch.cat([a, b], 1), exp0, exp1)
-    cfg = _config(num_envs=4, unroll_length=5, mini_batch_size=20,
-                  num_updates_per_train_iter=3)
+    cfg = _config(num_envs=4, unroll_length=5, minibatch_size=20,
+                  num_epochs=3)
     torch.manual_seed(0)
     single = PPOAlgorithm(gym.spaces.Box(0, 1e6, (3, ), np.float32),
                           gym.spaces.Discrete(2), cfg)

@@ -115,7 +115,7 @@ def test_fractions_out_of_range_are_refused(name, value):
 
 
 def test_algorithms_that_cannot_train_on_early_ends_are_refused():
-    sizes = dict(num_envs=4, mini_batch_size=32, unroll_length=16,
+    sizes = dict(num_envs=4, minibatch_size=32, unroll_length=16,
                  preempt_stragglers=True)
     # PPO: both modes; DQN: sync only; a plain on-policy algorithm: none.
     TrainerConfig(algorithm_ctor=PPOAlgorithm, unroll_mode="async",
@@ -131,7 +131,7 @@ def test_algorithms_that_cannot_train_on_early_ends_are_refused():
 def test_sync_collector_ends_the_unroll_when_preempted(tmp_path):
     store = _store(tmp_path)
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
-                        unroll_length=12, mini_batch_size=8)
+                        unroll_length=12, minibatch_size=8)
     env = suite_gym.load("CartPole-v1", num_envs=2)
     collector = SyncCollector(env, cfg.unroll_length)
     alg = PPOAlgorithm(env.observation_space, env.action_space, cfg)

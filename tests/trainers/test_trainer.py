@@ -27,8 +27,8 @@ def clean_gin():
 
 def tiny_config(**kw) -> TrainerConfig:
     args = dict(algorithm_ctor=PPOAlgorithm, env_name="CartPole-v1",
-                num_envs=2, unroll_length=16, mini_batch_size=32,
-                num_updates_per_train_iter=2, num_env_steps=4 * SPI,
+                num_envs=2, unroll_length=16, minibatch_size=32,
+                num_epochs=2, num_env_steps=4 * SPI,
                 eval_interval=0, num_eval_episodes=2, summary_interval=2,
                 checkpoint_interval=100, log_interval_seconds=1000.0)
     args.update(kw)

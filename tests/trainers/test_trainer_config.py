@@ -1,10 +1,17 @@
-"""TrainerConfig: device resolution (GPU cases simulated where none exists)."""
+"""TrainerConfig: device resolution (GPU cases simulated where none exists),
+global and per-rank sizes, and the former spellings of renamed settings."""
+import dataclasses
+import logging
+
+import gin
 import pytest
 import torch
 
 from alf.algorithms.ppo_algorithm import PPOAlgorithm
+from alf.config import parse_config
 from alf.trainers.trainer_config import TrainerConfig
-from alf.utils.errors import ConfigError
+from alf.utils import deprecation
+from alf.utils.errors import ConfigError, one_line
 
 
 def _config(device):
@@ -82,11 +89,107 @@ def test_per_rank_runs_the_algorithms_own_check():
     # An N-process launch refuses sizes PPO cannot use before it spawns.
     from alf.utils.errors import ConfigError
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
-                        unroll_length=8, mini_batch_size=64)
+                        unroll_length=8, minibatch_size=64)
     with pytest.raises(ConfigError, match="per process, 32 of 16"):
         cfg.per_rank(2)
     ok = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=4,
-                       unroll_length=8, mini_batch_size=32)
-    assert ok.per_rank(2).mini_batch_size == 16
+                       unroll_length=8, minibatch_size=32)
+    ranked = ok.per_rank(2)
+    assert (ranked.minibatch_size, ranked.local_minibatch_size) == (32, 16)
     # A constructor without the hook (a plain function) is fine.
     TrainerConfig(algorithm_ctor=lambda **kw: None).per_rank(2)
+
+
+# ---- global sizes and a rank's share ---------------------------------------
+def test_per_rank_keeps_the_global_sizes_and_names_the_ranks_share():
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=8,
+                        unroll_length=4, minibatch_size=16,
+                        initial_collect_steps=6, replay_buffer_capacity=64)
+    assert (cfg.world_size, cfg.local_num_envs, cfg.local_minibatch_size) \
+        == (1, 8, 16)
+    ranked = cfg.per_rank(2)
+    assert (ranked.num_envs, ranked.minibatch_size,
+            ranked.initial_collect_steps, ranked.replay_buffer_capacity,
+            ranked.steps_per_iteration) == (8, 16, 6, 64, 32)
+    assert (ranked.world_size, ranked.local_num_envs,
+            ranked.local_minibatch_size, ranked.local_initial_collect_steps,
+            ranked.local_replay_buffer_capacity) == (2, 4, 8, 3, 32)
+    # The sizes stay global, so dividing again divides the global ones.
+    assert ranked.per_rank(2) == ranked
+    assert ranked.per_rank(1) == cfg
+    # The async collector copies a rank's config with dataclasses.replace.
+    assert dataclasses.replace(ranked, seed=3).local_num_envs == 4
+
+
+def test_a_size_that_does_not_divide_among_the_ranks_is_refused():
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=3)
+    with pytest.raises(ConfigError) as info:
+        cfg.per_rank(2)
+    assert str(info.value) == ("TrainerConfig.num_envs=3 does not divide "
+                               "among 2 processes; use a multiple of 2")
+
+
+def test_world_size_is_not_a_gin_setting():
+    with pytest.raises(ConfigError, match="world_size"):
+        parse_config([], ["TrainerConfig.world_size = 2"])
+
+
+# ---- former spellings -----------------------------------------------------
+@pytest.fixture
+def deprecations(monkeypatch, caplog):
+    """The deprecation warnings logged (each process warns once: start
+    afresh)."""
+    monkeypatch.setattr(deprecation, "_warned", set())
+    caplog.set_level(logging.WARNING)
+    yield lambda: [r.getMessage() for r in caplog.records
+                   if "deprecated" in r.getMessage()]
+    gin.clear_config()
+
+
+def test_mini_batch_size_still_works_and_warns_once(deprecations):
+    parse_config([], ["TrainerConfig.algorithm_ctor = @PPOAlgorithm",
+                      "TrainerConfig.mini_batch_size = 64"])
+    assert TrainerConfig().minibatch_size == 64
+    assert TrainerConfig().per_rank(2).local_minibatch_size == 32
+    assert deprecations() == ["TrainerConfig.mini_batch_size is deprecated; "
+                              "use TrainerConfig.minibatch_size"]
+
+
+def test_num_updates_per_train_iter_sets_epochs_and_updates(deprecations):
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm,
+                        num_updates_per_train_iter=3)
+    assert (cfg.num_epochs, cfg.num_updates_per_iter) == (3, 3)
+    assert deprecations() == [
+        "TrainerConfig.num_updates_per_train_iter is deprecated; use "
+        "TrainerConfig.num_epochs (on-policy) or "
+        "TrainerConfig.num_updates_per_iter (off-policy)"]
+
+
+@pytest.mark.parametrize("former,new", [
+    ("mini_batch_size", "minibatch_size"),
+    ("num_updates_per_train_iter", "num_epochs"),
+    ("num_updates_per_train_iter", "num_updates_per_iter")])
+def test_former_and_new_spelling_together_is_one_line_error(former, new):
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, **{former: 4, new: 8})
+    msg = one_line(info.value)  # what the CLI prints (gin adds context)
+    assert msg.startswith(f"TrainerConfig.{former} and its new spelling "
+                          f"TrainerConfig."), msg
+    assert f"TrainerConfig.{new}" in msg
+    assert msg.endswith("are both set; keep only the new one"), msg
+
+
+def test_a_saved_config_with_a_former_spelling_builds_the_same_run(
+        deprecations):
+    # config.gin lists every default too: minibatch_size = 256 beside the
+    # former spelling must not count as giving both.
+    parse_config(["ppo_cart_pole.gin"],
+                 ["TrainerConfig.mini_batch_size = 64",
+                  "TrainerConfig.num_updates_per_train_iter = 3",
+                  "TrainerConfig.num_epochs = 10"])
+    first = TrainerConfig()
+    saved = gin.operative_config_str()
+    assert "TrainerConfig.minibatch_size = 256" in saved
+    parse_config([], [saved])
+    assert TrainerConfig() == first
+    assert (first.minibatch_size, first.num_epochs) == (64, 3)

@@ -43,14 +43,14 @@ def _fixed_unroll():
 
 def _ppo_train_iter(rank, world_size):
     cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=B,
-                        unroll_length=T, mini_batch_size=T * B,
-                        num_updates_per_train_iter=3).per_rank(world_size)
+                        unroll_length=T, minibatch_size=T * B,
+                        num_epochs=3).per_rank(world_size)
     torch.manual_seed(0)
     alg = PPOAlgorithm(gym.spaces.Box(-10, 10, (OBS, )), gym.spaces.Discrete(2),
                        cfg, normalize_observations=True)
     activate_ddp(alg)
     raw, exp = _fixed_unroll()
-    cols = slice(rank * cfg.num_envs, (rank + 1) * cfg.num_envs)
+    cols = slice(rank * cfg.local_num_envs, (rank + 1) * cfg.local_num_envs)
     for t in range(T):
         alg.observe(raw[t, cols])
         alg.store(nest.map_structure(lambda x: x[t, cols], exp))
@@ -73,7 +73,7 @@ def test_two_ranks_equal_one_process_ppo_update():
                          gym.spaces.Discrete(2),
                          TrainerConfig(algorithm_ctor=PPOAlgorithm,
                                        num_envs=B, unroll_length=T,
-                                       mini_batch_size=T * B))
+                                       minibatch_size=T * B))
     w = "actor.encoder.layers.0.weight"
     assert not torch.allclose(fresh.state_dict()[w], single[w])
 
