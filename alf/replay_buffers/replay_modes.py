@@ -6,14 +6,12 @@ saved ``config.gin`` files still spell it so (``play`` rebuilds runs from
 them), so `as_replay` turns those values into strategies, with a warning
 naming the new spelling.
 """
-from typing import Dict, Optional, Set, Union
-
-from absl import logging
+from typing import Dict, Optional, Union
 
 from alf.replay_buffers.prioritized_replay import (PrioritizedGlobalReplay,
                                                    PrioritizedReplay)
 from alf.replay_buffers.replay import Replay, UniformReplay
-from alf.utils import distributed
+from alf.utils.deprecation import warn_deprecated
 from alf.utils.errors import ConfigError
 
 #: The former ``replay`` strings and the strategies they name.
@@ -22,8 +20,6 @@ REPLAY_MODES: Dict[str, type] = {
     "prioritized": PrioritizedReplay,
     "prioritized_global": PrioritizedGlobalReplay,
 }
-
-_warned: Set[str] = set()  # modes already warned about in this process
 
 
 def as_replay(replay: Union[Replay, str, None],
@@ -50,14 +46,12 @@ def as_replay(replay: Union[Replay, str, None],
                 f"spellings) or a Replay object such as "
                 f"@{REPLAY_MODES['prioritized'].__name__}()")
         cls = REPLAY_MODES[replay]
-        if replay not in _warned and distributed.get_rank() == 0:
-            _warned.add(replay)
-            logging.warning(
-                "replay=%r is deprecated; use replay=@%s() in gin (%s() in "
-                "Python)%s", replay, cls.__name__, cls.__name__,
-                "" if cls is UniformReplay else
-                f", with {cls.__name__}.alpha and .beta for priority_alpha "
-                "and priority_beta")
+        warn_deprecated(
+            f"replay={replay!r} is deprecated; use replay=@{cls.__name__}() "
+            f"in gin ({cls.__name__}() in Python)" +
+            ("" if cls is UniformReplay else
+             f", with {cls.__name__}.alpha and .beta for priority_alpha "
+             "and priority_beta"))
         if cls is UniformReplay:
             return cls()
         options = dict(alpha=priority_alpha, beta=priority_beta)

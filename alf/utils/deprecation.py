@@ -55,8 +55,13 @@ def former_spelling(owner: str, former: str, value,
     if new_given:
         raise ConfigError(f"{owner}.{former} and its new spelling {new} "
                           "are both set; keep only the new one")
-    message = f"{owner}.{former} is deprecated; use {new}"
+    warn_deprecated(f"{owner}.{former} is deprecated; use {new}")
+    return True
+
+
+def warn_deprecated(message: str) -> None:
+    """Logs ``message`` (one line naming the new spelling) once per process,
+    on rank 0 only: a setting is read on every rank and often many times."""
     if message not in _warned and distributed.get_rank() == 0:
         _warned.add(message)
         logging.warning("%s", message)
-    return True

@@ -13,9 +13,9 @@ from alf.algorithms import DQNAlgorithm
 from alf.data_structures import Experience
 from alf.replay_buffers import (PrioritizedGlobalReplay, PrioritizedReplay,
                                 Replay, ReplaySample, SumTree, UniformReplay,
-                                as_replay, prioritized_replay, replay,
-                                replay_modes)
+                                as_replay, prioritized_replay, replay)
 from alf.trainers.trainer_config import TrainerConfig
+from alf.utils import deprecation
 from alf.utils.errors import ConfigError
 from stat_checks import chi_square_pvalue
 
@@ -123,7 +123,7 @@ def test_gin_bindings_of_one_prioritized_strategy_stay_its_own():
 # ---- the former strings ------------------------------------------------------
 @pytest.fixture
 def warnings_seen(monkeypatch, caplog):
-    monkeypatch.setattr(replay_modes, "_warned", set())
+    monkeypatch.setattr(deprecation, "_warned", set())
     caplog.set_level(logging.WARNING)
     return lambda: [r.getMessage() for r in caplog.records
                     if "deprecated" in r.getMessage()]
