@@ -12,7 +12,7 @@ import gin
 
 from alf.utils.errors import ConfigError, one_line
 
-__all__ = ["configurable", "find_gin_file", "parse_config", "examples_dir"]
+__all__ = ["configurable", "find_gin_file", "parse_gin", "examples_dir"]
 
 configurable = gin.configurable
 
@@ -42,12 +42,14 @@ def find_gin_file(name: str) -> str:
     raise ConfigError(f"gin file {name!r} not found; looked in: {where}")
 
 
-def parse_config(gin_files: Iterable[str],
-                 gin_params: Optional[Iterable[str]] = None) -> List[str]:
+def parse_gin(gin_files: Iterable[str],
+              gin_params: Optional[Iterable[str]] = None) -> List[str]:
     """Clears gin and parses ``gin_files`` then ``gin_params``.
 
-    Every alf module with configurables is imported first, so that a typo in a
-    configurable's or parameter's name is reported at parse time.
+    Only the configurables already imported are known, so a binding of one
+    not imported yet is an error here. `alf.trainers.parse_config` imports
+    every alf module with configurables first and is what a program calls;
+    this layer (below algorithms and trainers) cannot import them itself.
 
     Returns:
         The resolved paths of the gin files.
@@ -57,11 +59,6 @@ def parse_config(gin_files: Iterable[str],
             invalid binding (named, with its file and line), a syntax error,
             a gin ``import`` of a missing module or an undefined macro.
     """
-    import alf.algorithms  # noqa: F401  (registers configurables)
-    import alf.environments.suite_gym  # noqa: F401
-    import alf.environments.straggler  # noqa: F401
-    import alf.trainers  # noqa: F401
-
     paths = [find_gin_file(f) for f in gin_files]
     gin.clear_config()
     search = [examples_dir()] + [os.path.dirname(p) for p in paths]
@@ -199,7 +196,7 @@ class _GinProbeFilter(logging.Filter):
     readers; its reader of files inside Python packages logs the attempt
     (INFO) and, when the candidate is not a package path, "Path not found"
     at ERROR level, even though the file is then found in the next folder.
-    A missing include is still reported (`parse_config` raises).
+    A missing include is still reported (`parse_gin` raises).
     """
 
     _PROBES = ("system_path_file_exists:%s", "Path not found: %s")

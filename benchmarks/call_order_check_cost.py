@@ -23,9 +23,9 @@ from runs import throughput_params, train_throughput
 
 def ddp_calls_per_iteration(gin_files, params, world_size):
     """(global env steps, data-distributed calls) per iteration (PPO)."""
-    import alf.config
+    import alf.trainers
     from alf.trainers.trainer_config import TrainerConfig
-    alf.config.parse_config(gin_files, params)
+    alf.trainers.parse_config(gin_files, params)
     c = TrainerConfig().per_rank(world_size)
     per_epoch = math.ceil(c.local_num_envs * c.unroll_length /
                           c.local_minibatch_size)

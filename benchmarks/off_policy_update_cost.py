@@ -37,11 +37,11 @@ def _random_action(space, n, rng):
 
 def alf_update(algo: str, params):
     """A burst of alf updates on a filled buffer: returns a callable."""
-    import alf.config
+    import alf.trainers
     from alf.algorithms.dqn_algorithm import DQNAlgorithm
     from alf.algorithms.sac_algorithm import SACAlgorithm
     from alf.trainers.trainer_config import TrainerConfig
-    alf.config.parse_config([RUN_SETUPS[algo]["gin"]], params)
+    alf.trainers.parse_config([RUN_SETUPS[algo]["gin"]], params)
     env = gym.make(RUN_SETUPS[algo]["env"])
     torch.manual_seed(0)
     ctor = DQNAlgorithm if algo == "dqn" else SACAlgorithm

@@ -67,14 +67,14 @@ def _alf_actor(algorithm):
 
 
 def run_alf(algo: str, seed: int, num_env_steps: int, extra=()):
-    import alf.config
+    import alf.trainers
     from alf.trainers import Trainer
     params = throughput_params(num_env_steps) + [f"TrainerConfig.seed={seed}",
                                                  *extra]
     if algo == "dqn":  # RL-zoo explores over 8k steps whatever the budget
         params.append(f"DQNAlgorithm.exploration_fraction="
                       f"{8000 / num_env_steps}")
-    alf.config.parse_config([SETUPS[algo]["gin"]], params)
+    alf.trainers.parse_config([SETUPS[algo]["gin"]], params)
     with tempfile.TemporaryDirectory() as root:
         trainer = Trainer(root)
         trainer.train()

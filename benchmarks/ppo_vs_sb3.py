@@ -21,9 +21,9 @@ from runs import print_library_comparison, throughput_params
 
 
 def run_alf(seed: int, num_env_steps: int):
-    import alf.config
+    import alf.trainers
     from alf.trainers import Trainer
-    alf.config.parse_config(["ppo_cart_pole.gin"],
+    alf.trainers.parse_config(["ppo_cart_pole.gin"],
                             throughput_params(num_env_steps) +
                             [f"TrainerConfig.seed={seed}"])
     with tempfile.TemporaryDirectory() as root:

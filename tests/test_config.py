@@ -6,7 +6,9 @@ import gin
 import pytest
 
 import alf.config
-from alf.config import examples_dir, find_gin_file, parse_config
+import alf.trainers
+from alf.config import examples_dir, find_gin_file
+from alf.trainers import parse_config
 from alf.utils.errors import ConfigError
 
 EXAMPLE = "ppo_cart_pole.gin"
@@ -210,11 +212,11 @@ def test_include_found_on_the_search_path_logs_no_error(caplog):
 def test_an_invalid_choice_is_refused_at_parse_time(value):
     with pytest.raises(ConfigError, match="find_unused_parameters = .*"
                        "expected one of True, False, 'auto'"):
-        alf.config.parse_config(["ppo_cart_pole.gin"], [
+        alf.trainers.parse_config(["ppo_cart_pole.gin"], [
             f"make_ddp_performer.find_unused_parameters = {value}"])
 
 
 @pytest.mark.parametrize("value", ["True", "False", "'auto'"])
 def test_valid_choices_parse(value):
-    alf.config.parse_config(["ppo_cart_pole.gin"], [
+    alf.trainers.parse_config(["ppo_cart_pole.gin"], [
         f"make_ddp_performer.find_unused_parameters = {value}"])

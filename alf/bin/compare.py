@@ -159,11 +159,10 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
     Raises:
         AlfError: naming the side and the problem.
     """
-    import alf.config
-    from alf.trainers import TrainerConfig
+    from alf.trainers import TrainerConfig, parse_config
     for side in sides:
         try:
-            alf.config.parse_config(gin_files, [*gin_params, *side.params])
+            parse_config(gin_files, [*gin_params, *side.params])
             TrainerConfig().per_rank(side.processes)
         except AlfError as e:
             raise AlfError(f"side {side.name} ({side.describe()}): "

@@ -87,11 +87,11 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
         AlfError: one line, for a missing run, checkpoint or config, an
             unwritable or unknown ``record_file``.
     """
-    import alf.config
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
     from alf.trainers.checkpointer import Checkpointer
     from alf.trainers.run_state import CHECKPOINT_LAYOUT
+    from alf.trainers.config_parser import parse_config
     from alf.trainers.trainer_config import TrainerConfig
 
     config_file = os.path.join(root_dir, "config.gin")
@@ -102,7 +102,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
                           "run's folder (alf.bin.train writes it)")
     path = checkpoint_path(root_dir, checkpoint)
     writer = _VideoWriter(record_file, fps) if record_file else None
-    alf.config.parse_config([config_file], gin_params)
+    parse_config([config_file], gin_params)
     cfg = TrainerConfig()
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).

@@ -149,8 +149,7 @@ def main(argv: List[str]) -> int:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     # Until training listens for it, "checkpoint now" must not kill the run.
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)
-    import alf.config
-    from alf.trainers import Trainer, TrainingInterrupted
+    from alf.trainers import Trainer, TrainingInterrupted, parse_config
     try:
         if not FLAGS.root_dir:
             raise AlfError("--root_dir is required, e.g. --root_dir "
@@ -165,7 +164,7 @@ def main(argv: List[str]) -> int:
                 f"multi-process (it is --distributed {FLAGS.distributed})")
         gin_files, gin_params = FLAGS.gin_file, FLAGS.gin_param or []
         # Validate the config before anything is written or spawned.
-        alf.config.parse_config(gin_files, gin_params)
+        parse_config(gin_files, gin_params)
         if _under_torchrun():
             if FLAGS.max_restarts:
                 raise AlfError("--max_restarts is the built-in launcher's; "
@@ -182,7 +181,7 @@ def main(argv: List[str]) -> int:
             from alf.bin.launch import launch
             return launch(train_parsed, (root_dir, ), num_processes,
                           prog="alf.bin.train", backend=backend,
-                          setup=(alf.config.parse_config,
+                          setup=(parse_config,
                                  (gin_files, gin_params)),
                           max_restarts=FLAGS.max_restarts,
                           timeout_hint=_timeout_text())

@@ -61,8 +61,8 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
     torch.set_num_threads(1)
     env = None
     try:
-        import alf.config  # noqa: F401 - registers the configurables
-        alf.config.parse_config([], [gin_config])
+        from alf.trainers.config_parser import parse_config
+        parse_config([], [gin_config])
         if env_spec is not None:
             import gymnasium as gym
             gym.registry.setdefault(env_spec.id, env_spec)

@@ -122,8 +122,8 @@ def test_two_ranks_through_aux_phases_equal_one_process():
 def test_ppo_parameters_unset_on_ppg_keep_ppo_bindings():
     # PPG lists PPO's parameters (so gin refuses typos) but passes on only
     # those given: PPOAlgorithm's own bindings still apply to the rest.
-    import alf.config
-    alf.config.parse_config(["ppg_cart_pole.gin"], [
+    import alf.trainers
+    alf.trainers.parse_config(["ppg_cart_pole.gin"], [
         "PPOAlgorithm.gamma=0.5", "PPOAlgorithm.learning_rate=2e-3",
         "PPGAlgorithm.learning_rate=7e-4"])
     try:
@@ -155,11 +155,11 @@ def test_aux_minibatch_larger_than_the_aux_phase_is_refused():
 
 def test_aux_mini_batch_size_still_works_and_warns_once(monkeypatch, caplog):
     import logging
-    import alf.config
+    import alf.trainers
     from alf.utils import deprecation
     monkeypatch.setattr(deprecation, "_warned", set())
     caplog.set_level(logging.WARNING)
-    alf.config.parse_config([], [
+    alf.trainers.parse_config([], [
         "TrainerConfig.algorithm_ctor = @PPGAlgorithm",
         "PPGAlgorithm.aux_mini_batch_size = 64"])
     try:

@@ -89,8 +89,8 @@ def test_minibatch_advantages_are_standardised_per_minibatch():
 def test_ppo_learns_cart_pole(tmp_path):
     """A short run (15k env steps) clearly beats a random policy (~22)."""
     import gin
-    import alf.config
-    alf.config.parse_config(["ppo_cart_pole.gin"], [
+    import alf.trainers
+    alf.trainers.parse_config(["ppo_cart_pole.gin"], [
         "TrainerConfig.num_env_steps=15360", "TrainerConfig.eval_interval=0",
         "TrainerConfig.seed=1"
     ])

@@ -111,8 +111,8 @@ def test_sac_learns_pendulum(tmp_path):
     """3,000 env steps take the greedy policy from ~-1200 (random) to
     better than -600."""
     import gin
-    import alf.config
-    alf.config.parse_config(["sac_pendulum.gin"], [
+    import alf.trainers
+    alf.trainers.parse_config(["sac_pendulum.gin"], [
         "TrainerConfig.num_env_steps=3000", "TrainerConfig.eval_interval=0",
         "TrainerConfig.seed=1", "TrainerConfig.num_eval_episodes=4"
     ])

@@ -7,7 +7,7 @@ import gin
 import pytest
 import torch
 
-from alf import config as alf_config
+from alf import trainers as alf_trainers
 from alf.replay_buffers import Replay, ReplaySample
 from alf.trainers import Trainer
 
@@ -45,7 +45,7 @@ class LastNReplay(Replay):
 
 @pytest.fixture
 def gin_config():
-    yield alf_config.parse_config
+    yield alf_trainers.parse_config
     gin.clear_config()
 
 

@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from alf import config as alf_config
+from alf import trainers as alf_trainers
 from alf.algorithms import DQNAlgorithm
 from alf.data_structures import Experience
 from alf.replay_buffers import (PrioritizedGlobalReplay, PrioritizedReplay,
@@ -110,7 +110,7 @@ def test_one_strategy_object_serves_one_algorithm(cls):
 
 def test_gin_bindings_of_one_prioritized_strategy_stay_its_own():
     try:
-        alf_config.parse_config([], ["PrioritizedReplay.alpha = 0.9",
+        alf_trainers.parse_config([], ["PrioritizedReplay.alpha = 0.9",
                                      "PrioritizedGlobalReplay.beta = 0.2"])
         assert (PrioritizedReplay().alpha, PrioritizedReplay().beta0) == \
             (0.9, 0.4)

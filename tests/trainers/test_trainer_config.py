@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from alf.algorithms.ppo_algorithm import PPOAlgorithm
-from alf.config import parse_config
+from alf.trainers import parse_config
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import deprecation
 from alf.utils.errors import ConfigError, one_line

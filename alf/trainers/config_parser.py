@@ -1,0 +1,32 @@
+"""Parsing a run's gin configuration with every configurable registered.
+
+This sits above the algorithms, environments and trainers because it must
+import them: gin only knows a configurable once its module is imported, and
+a misspelt configurable or parameter should fail at parse time, not deep
+into a run after files are written.
+"""
+from typing import Iterable, List, Optional
+
+import alf.algorithms  # noqa: F401  (registers configurables)
+import alf.environments.straggler  # noqa: F401
+import alf.environments.suite_gym  # noqa: F401
+import alf.trainers.trainer  # noqa: F401
+from alf.config import parse_gin
+
+
+def parse_config(gin_files: Iterable[str],
+                 gin_params: Optional[Iterable[str]] = None) -> List[str]:
+    """Clears gin and parses ``gin_files`` then ``gin_params``.
+
+    Every alf module with configurables is imported first, so that a typo in a
+    configurable's or parameter's name is reported at parse time.
+
+    Returns:
+        The resolved paths of the gin files.
+
+    Raises:
+        ConfigError: one line, for a missing file or include, an unknown or
+            invalid binding (named, with its file and line), a syntax error,
+            a gin ``import`` of a missing module or an undefined macro.
+    """
+    return parse_gin(gin_files, gin_params)
