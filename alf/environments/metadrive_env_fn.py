@@ -118,6 +118,49 @@ class TopDownFrames(gym.Wrapper):
             target_agent_heading_up=False)
 
 
+class OmitPreviousAction(gym.ObservationWrapper):
+    """Drops the previous action (steering, throttle) from MetaDrive's state
+    observation.
+
+    The state observation echoes the policy's own last output. A sampling
+    policy sees its noise there and can learn to lean on it; its
+    deterministic version then meets inputs it never trained on (README,
+    "MetaDrive"). The current wheel angle, which follows the steering
+    command with a lag, stays: it is the car's state, not an echo.
+
+    Args:
+        env: a `make_env` environment with the state observation.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        config = env.unwrapped.config  # type: ignore[attr-defined]
+        side = config["vehicle_config"]["side_detector"]
+        # MetaDrive's StateObservation.vehicle_state: [vehicle length and
+        # width], side detector rays or 2 road distances, heading
+        # difference, speed, wheel angle, then the previous action.
+        start = 2 if config["random_agent_model"] else 0
+        start += (side["num_lasers"]
+                  if side["num_lasers"] > 0 and side["distance"] > 0 else 2)
+        start += 3
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Box)
+        self._keep = np.delete(np.arange(space.shape[0]), [start, start + 1])
+        self.observation_space = gym.spaces.Box(
+            space.low[self._keep], space.high[self._keep],
+            dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        # MetaDrive's reset takes no ``options``, which gymnasium's
+        # ObservationWrapper.reset always passes on.
+        del options
+        obs, info = self.env.reset(seed=seed)
+        return self.observation(obs), info
+
+    def observation(self, observation):
+        return observation[self._keep]
+
+
 class _Spaces(gym.Env):
     """Stand-in environment that only has spaces (see `MetaDriveEnvFn`)."""
 
@@ -151,6 +194,8 @@ class MetaDriveEnvFn:
             ``start_seed`` are used for the scenario seeds).
         info_keys: see `ScenarioSampling`.
         spaces: ``(observation_space, action_space)`` for the stand-in.
+        observe_previous_action: keep the previous action in the state
+            observation (see `OmitPreviousAction`).
         in_process: build the environment in the calling process (an
             actor process of asynchronous collection, which holds no other
             engine).
@@ -159,8 +204,10 @@ class MetaDriveEnvFn:
     def __init__(self, env_class: str, config: dict,
                  info_keys: Optional[Sequence[str]] = None,
                  spaces: Optional[tuple] = None, in_process: bool = False,
-                 render: bool = False):
+                 render: bool = False,
+                 observe_previous_action: bool = True):
         self.render = render
+        self.observe_previous_action = observe_previous_action
         self.env_class = env_class
         self.config = dict(config)
         self.info_keys = info_keys
@@ -170,7 +217,7 @@ class MetaDriveEnvFn:
 
     def __call__(self) -> gym.Env:
         if self._in_process:
-            env = make_env(self.env_class, self.config, self.info_keys)
+            env = self._make(self.info_keys)
             return TopDownFrames(env) if self.render else env
         if os.getpid() == self._owner_pid:
             if self.spaces is None:
@@ -179,8 +226,12 @@ class MetaDriveEnvFn:
                     "subprocess (one engine per process)")
             return _Spaces(*self.spaces)
         prepare_worker()
-        env = make_env(self.env_class, self.config, self.info_keys)
+        env = self._make(self.info_keys)
         return TopDownFrames(env) if self.render else env
+
+    def _make(self, info_keys: Optional[Sequence[str]] = None) -> gym.Env:
+        return make_env(self.env_class, self.config, info_keys,
+                        self.observe_previous_action)
 
     def describe(self):
         """Builds the environment without starting an engine and returns
@@ -191,7 +242,7 @@ class MetaDriveEnvFn:
             AssetsMissingError: the assets are absent and the configuration
                 renders in 3-D (a camera, ``use_render``).
         """
-        env = make_env(self.env_class, self.config)
+        env = self._make()
         try:
             return env.observation_space, env.action_space, assets_present()
         finally:
@@ -199,9 +250,11 @@ class MetaDriveEnvFn:
 
 
 def make_env(env_class: str, config: dict,
-             info_keys: Optional[Sequence[str]] = None) -> gym.Env:
+             info_keys: Optional[Sequence[str]] = None,
+             observe_previous_action: bool = True) -> gym.Env:
     """Builds a MetaDrive environment in this process, wrapped in
-    `ScenarioSampling` (see `MetaDriveEnvFn` for the arguments).
+    `ScenarioSampling` (see `MetaDriveEnvFn` for the arguments) and, without
+    ``observe_previous_action``, in `OmitPreviousAction`.
 
     If MetaDrive's assets are absent and the configuration renders nothing
     in 3-D, this process's engine will skip their download.
@@ -225,5 +278,7 @@ def make_env(env_class: str, config: dict,
                 f"a camera): {ASSETS_HINT}")
         from metadrive.engine.base_engine import BaseEngine
         BaseEngine.try_pull_asset = staticmethod(_skip_asset_download)
+    if not observe_previous_action:
+        env = OmitPreviousAction(env)
     return ScenarioSampling(env, config.get("num_scenarios", 1),
                             config.get("start_seed", 0), info_keys)

@@ -81,7 +81,8 @@ _warned_assets = False
 
 def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
     """`MetaDriveEnvFn.describe` in a throwaway spawned process, cached."""
-    key = repr((env_fn.env_class, env_fn.config))
+    key = repr((env_fn.env_class, env_fn.config,
+                env_fn.observe_previous_action))
     if key not in _DESCRIPTIONS:
         with concurrent.futures.ProcessPoolExecutor(
                 1, mp_context=mp.get_context("spawn"),
@@ -117,7 +118,8 @@ def load(env_name: str = "MetaDrive",
          env_config: Optional[dict] = None,
          topdown_resolution: int = 84,
          log_level: int = 30,
-         render: bool = False) -> GymEnvironment:
+         render: bool = False,
+         observe_previous_action: bool = True) -> GymEnvironment:
     """Creates ``num_envs`` MetaDrive environments, one process each.
 
     Args:
@@ -157,6 +159,10 @@ def load(env_name: str = "MetaDrive",
         render: make `GymEnvironment.render` return MetaDrive's top-down
             view as RGB frames (`metadrive_env_fn.TopDownFrames`), for any
             observation.
+        observe_previous_action: with ``False``, the ``"state"``
+            observation leaves out the previous action (2 of its floats),
+            the policy's own last output echoed back
+            (`metadrive_env_fn.OmitPreviousAction`).
 
     Returns:
         A `GymEnvironment` reporting the metrics of `EPISODE_INFO` (see
@@ -182,6 +188,10 @@ def load(env_name: str = "MetaDrive",
         raise AlfError(f"num_envs ({num_envs}) and num_scenarios "
                        f"({num_scenarios}) must be at least 1")
     env_class, image = OBSERVATIONS[observation]
+    if image and not observe_previous_action:
+        raise AlfError(f"observe_previous_action=False applies to the "
+                       f"'state' observation (it is {observation!r}, which "
+                       f"holds no action)")
     config = dict(num_scenarios=num_scenarios, start_seed=start_seed,
                   traffic_density=traffic_density, horizon=horizon, map=map,
                   log_level=log_level, use_render=False)
@@ -193,12 +203,15 @@ def load(env_name: str = "MetaDrive",
         # An actor of asynchronous collection: its one engine runs here.
         vec = SyncVectorEnv([MetaDriveEnvFn(env_class, config,
                                             info_keys=_INFO_KEYS,
-                                            in_process=True, render=render)],
+                                            in_process=True, render=render,
+                                            observe_previous_action=(
+                                                observe_previous_action))],
                             autoreset_mode=AutoresetMode.SAME_STEP)
         return GymEnvironment(vec, clip_action=True, seed=seed,
                               episode_info=EPISODE_INFO)
     env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS,
-                            render=render)
+                            render=render,
+                            observe_previous_action=observe_previous_action)
     obs_space, action_space, assets = _describe(env_fn)
     if not assets:
         global _warned_assets

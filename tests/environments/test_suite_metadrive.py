@@ -210,12 +210,40 @@ def test_topdown_observation():
         _close_and_check_reaped(env)
 
 
+def test_previous_action_left_out_of_the_state_observation():
+    """The same seed and actions give the full observation less its two
+    previous-action floats; with it, they are the last action, scaled to
+    [0, 1]."""
+    actions = torch.tensor([[0.5, 0.3], [-0.8, 1.0], [0.2, -0.6]])
+    observations = {}
+    for observe in (True, False):
+        env = suite_metadrive.load(num_envs=1, seed=0,
+                                   observe_previous_action=observe, **CONFIG)
+        try:
+            assert env.observation_space.shape == (OBS_SIZE - 2 *
+                                                   (not observe), )
+            env.reset(seed=7)
+            observations[observe] = [env.step(a[None]).observation[0]
+                                     for a in actions]
+        finally:
+            _close_and_check_reaped(env)
+    keep = [i for i in range(OBS_SIZE) if i not in (5, 6)]
+    for a, full, omitted in zip(actions, observations[True],
+                                observations[False]):
+        torch.testing.assert_close(full[5:7], (a + 1) / 2)
+        assert torch.equal(full[keep], omitted)
+
+
 def test_bad_arguments():
     with pytest.raises(AlfError, match="unknown MetaDrive environment"):
         suite_metadrive.load(env_name="CARLA")
     with pytest.raises(AlfError, match="unknown MetaDrive observation.*"
                        "state"):
         suite_metadrive.load(observation="rgb")
+    with pytest.raises(AlfError, match="observe_previous_action=False "
+                       "applies to the 'state' observation"):
+        suite_metadrive.load(observation="topdown",
+                             observe_previous_action=False)
 
 
 @pytest.mark.skipif(
