@@ -9,6 +9,12 @@ every ``kill_every`` s (+-25%) until it ends. Prints the kill and restart
 times, then checks the disturbed run: it exits 0 with the whole budget,
 every checkpoint loads, ``eval.csv`` is monotone, and its final returns are
 in line with the undisturbed run's.
+
+``--steps`` must span several checkpoints (``ppo_cart_pole.gin``: every
+25,600 steps) and ``--kill_every`` must exceed the ranks' start-up, or the
+disturbed run never gets past its first checkpoint (SOAK FAILED). A short
+check of the whole path: ``--steps 80000 --kill_every 50 --max_restarts 10``
+(about 4 minutes).
 """
 import argparse
 import math
@@ -52,16 +58,21 @@ def _start(root: str, steps: int, restarts: int):
 
 
 def _check(root: str, steps: int):
+    """(problems found, final returns: mean of the last 3 evaluations)."""
     # A run ends after the iteration that reaches ``steps``.
     steps = math.ceil(steps / _STEPS_PER_ITER) * _STEPS_PER_ITER
-    """(problems found, final returns: mean of the last 3 evaluations)."""
     problems = []
     for path in glob.glob(os.path.join(root, "ckpt", "ckpt-*.pt")):
         try:
             torch.load(path, weights_only=True)
         except Exception as e:  # noqa: BLE001 - reported
             problems.append(f"{path} does not load: {e}")
-    curve = read_eval_csv(os.path.join(root, "eval.csv"))
+    path = os.path.join(root, "eval.csv")
+    if not os.path.exists(path):
+        # Killed more often than it could checkpoint: SOAK FAILED, said so.
+        return problems + [f"{path} missing: the run never evaluated"], \
+            float("nan")
+    curve = read_eval_csv(path)
     env_steps = curve["env_steps"]
     if env_steps != sorted(set(env_steps)):
         problems.append("eval.csv is not monotone")

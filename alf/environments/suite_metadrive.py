@@ -175,6 +175,37 @@ def load(env_name: str = "MetaDrive",
             renders in 3-D while MetaDrive's assets are absent.
     """
     del asynchronous  # always one subprocess per environment
+    _check_arguments(env_name, observation, num_envs, num_scenarios,
+                     observe_previous_action)
+    env_class, image = OBSERVATIONS[observation]
+    config = dict(num_scenarios=num_scenarios, start_seed=start_seed,
+                  traffic_density=traffic_density, horizon=horizon, map=map,
+                  log_level=log_level, use_render=False)
+    if image:
+        config["resolution_size"] = topdown_resolution
+    config.update(env_config or {})
+    # An actor of asynchronous collection runs its one engine in-process.
+    in_process = in_environment_process() and num_envs == 1
+    env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS,
+                            in_process=in_process, render=render,
+                            observe_previous_action=observe_previous_action)
+    vec: VectorEnv
+    if in_process:
+        vec = SyncVectorEnv([env_fn], autoreset_mode=AutoresetMode.SAME_STEP)
+    else:
+        obs_space, action_space, assets = _describe(env_fn)
+        if not assets:
+            _warn_assets_absent()
+        env_fn.spaces = (obs_space, action_space)
+        vec = AsyncVectorEnv([env_fn] * num_envs, context="spawn",
+                             autoreset_mode=AutoresetMode.SAME_STEP)
+    return GymEnvironment(vec, clip_action=True, seed=seed,
+                          episode_info=EPISODE_INFO)
+
+
+def _check_arguments(env_name: str, observation: str, num_envs: int,
+                     num_scenarios: int,
+                     observe_previous_action: bool) -> None:
     if importlib.util.find_spec("metadrive") is None:
         raise AlfError("MetaDrive is not installed: pip install "
                        "'alf[metadrive]' (metadrive-simulator)")
@@ -187,43 +218,18 @@ def load(env_name: str = "MetaDrive",
     if num_envs < 1 or num_scenarios < 1:
         raise AlfError(f"num_envs ({num_envs}) and num_scenarios "
                        f"({num_scenarios}) must be at least 1")
-    env_class, image = OBSERVATIONS[observation]
-    if image and not observe_previous_action:
+    if OBSERVATIONS[observation][1] and not observe_previous_action:
         raise AlfError(f"observe_previous_action=False applies to the "
                        f"'state' observation (it is {observation!r}, which "
                        f"holds no action)")
-    config = dict(num_scenarios=num_scenarios, start_seed=start_seed,
-                  traffic_density=traffic_density, horizon=horizon, map=map,
-                  log_level=log_level, use_render=False)
-    if image:
-        config["resolution_size"] = topdown_resolution
-    config.update(env_config or {})
-    vec: VectorEnv
-    if in_environment_process() and num_envs == 1:
-        # An actor of asynchronous collection: its one engine runs here.
-        vec = SyncVectorEnv([MetaDriveEnvFn(env_class, config,
-                                            info_keys=_INFO_KEYS,
-                                            in_process=True, render=render,
-                                            observe_previous_action=(
-                                                observe_previous_action))],
-                            autoreset_mode=AutoresetMode.SAME_STEP)
-        return GymEnvironment(vec, clip_action=True, seed=seed,
-                              episode_info=EPISODE_INFO)
-    env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS,
-                            render=render,
-                            observe_previous_action=observe_previous_action)
-    obs_space, action_space, assets = _describe(env_fn)
-    if not assets:
-        global _warned_assets
-        # Once per run: every rank of a distributed run gets here.
-        if not _warned_assets and _rank() == 0:
-            logging.warning(
-                "MetaDrive's assets are absent: the environments skip their "
-                "download (state and top-down observations do not need "
-                "them; %s)", ASSETS_HINT)
-            _warned_assets = True
-    env_fn.spaces = (obs_space, action_space)
-    vec = AsyncVectorEnv([env_fn] * num_envs, context="spawn",
-                         autoreset_mode=AutoresetMode.SAME_STEP)
-    return GymEnvironment(vec, clip_action=True, seed=seed,
-                          episode_info=EPISODE_INFO)
+
+
+def _warn_assets_absent() -> None:
+    global _warned_assets
+    # Once per run: every rank of a distributed run gets here.
+    if not _warned_assets and _rank() == 0:
+        logging.warning(
+            "MetaDrive's assets are absent: the environments skip their "
+            "download (state and top-down observations do not need "
+            "them; %s)", ASSETS_HINT)
+        _warned_assets = True

@@ -41,9 +41,13 @@ def test_the_slow_rank_is_preempted_and_steps_are_counted(tmp_path):
     """PPO, synchronous collection, rank 1 four times slower: rank 1 ends
     most rollouts early with at least min_rollout_fraction of its steps,
     rank 0 almost never; training ends on the steps actually collected."""
+    # No evaluation before the last iteration: while rank 0 evaluates,
+    # rank 1 starts its next rollout, so rank 0 is that iteration's
+    # straggler and is rightly preempted (an interval with an evaluation
+    # once showed rank 0 at 117.6 steps per iteration).
     res = _run(_cmd(tmp_path, STRAGGLER + [
         "straggler_load.slowdown=4.0", "TrainerConfig.num_env_steps=6000",
-        "TrainerConfig.eval_interval=10", "TrainerConfig.summary_interval=5"
+        "TrainerConfig.eval_interval=1000", "TrainerConfig.summary_interval=5"
     ]))
     assert res.returncode == 0, res.stderr[-3000:]
     steps, iterations = _last_checkpoint_steps(str(tmp_path))
@@ -52,7 +56,10 @@ def test_the_slow_rank_is_preempted_and_steps_are_counted(tmp_path):
     assert steps < iterations * 256  # fewer than whole rollouts
     rank0 = _scalars(tmp_path, "collect/steps_per_iteration_rank0")
     rank1 = _scalars(tmp_path, "collect/steps_per_iteration_rank1")
-    assert all(32 <= s <= 128 for s in rank1) and min(rank0) > 120
+    assert all(32 <= s <= 128 for s in rank1)
+    # Over the run, not per interval: a moment of CPU contention on a busy
+    # 2-core machine may still cut one of rank 0's rollouts.
+    assert sum(rank0) / len(rank0) > 120
     assert sum(rank1) < 0.8 * sum(rank0)
     preempted = _scalars(tmp_path, "collect/preempted_fraction_rank1")
     assert sum(preempted) / len(preempted) > 0.5
