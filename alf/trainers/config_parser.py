@@ -21,12 +21,7 @@ def parse_config(gin_files: Iterable[str],
     Every alf module with configurables is imported first, so that a typo in a
     configurable's or parameter's name is reported at parse time.
 
-    Returns:
-        The resolved paths of the gin files.
-
-    Raises:
-        ConfigError: one line, for a missing file or include, an unknown or
-            invalid binding (named, with its file and line), a syntax error,
-            a gin ``import`` of a missing module or an undefined macro.
+    Returns and raises as `alf.config.parse_gin`: the resolved paths of
+    the gin files; a one-line ``ConfigError`` for any mistake in them.
     """
     return parse_gin(gin_files, gin_params)
