@@ -122,11 +122,12 @@ class OmitPreviousAction(gym.ObservationWrapper):
     """Drops the previous action (steering, throttle) from MetaDrive's state
     observation.
 
-    The state observation echoes the policy's own last output. A sampling
-    policy sees its noise there and can learn to lean on it; its
-    deterministic version then meets inputs it never trained on (README,
-    "MetaDrive"). The current wheel angle, which follows the steering
-    command with a lag, stays: it is the car's state, not an echo.
+    The state observation echoes the policy's own last output, so a
+    sampling policy sees its own noise there. Leaving it out was measured
+    not to make the deterministic policy drive (README, "MetaDrive"); it
+    remains an option for policies that should not see their output. The
+    current wheel angle, which follows the steering command with a lag,
+    stays: it is the car's state, not an echo.
 
     Args:
         env: a `make_env` environment with the state observation.
