@@ -13,6 +13,11 @@ The environments of the named ranks sleep after each step for
 own stepping plus the policy's inference), so the rank collects
 ``slowdown`` times slower, as on a machine that much slower. Sleeping
 leaves the CPU to other processes, as a slower machine elsewhere would.
+
+``delay`` adds a fixed number of seconds to every step of those ranks, as a
+simulator that takes that much longer would. Unlike ``slowdown`` it does
+not scale with the machine's load, so a test that needs the rank to stay
+slower than the learner's training on a busy machine uses it.
 """
 import os
 import time
@@ -25,6 +30,7 @@ import torch
 from alf.data_structures import TimeStep
 from alf.environments.batched import BatchedEnvironment
 from alf.utils import distributed
+from alf.utils.errors import ConfigError
 
 #: Set in a helper process (an asynchronous collection actor) to the rank
 #: it collects for, which has no process group of its own.
@@ -46,12 +52,14 @@ class SlowedEnvironment(BatchedEnvironment):
     Args:
         env: the environments to slow down.
         slowdown: how many times slower they step.
+        delay: seconds added to every step.
     """
 
-    def __init__(self, env: BatchedEnvironment, slowdown: float):
+    def __init__(self, env: BatchedEnvironment, slowdown: float,
+                 delay: float = 0.0):
         super().__init__(env.num_envs, env.observation_space,
                          env.action_space)
-        self._env, self._extra = env, slowdown - 1.0
+        self._env, self._extra, self._delay = env, slowdown - 1.0, delay
         self._last: Optional[float] = None
         # Running mean of the period between steps.
         self._typical: Optional[float] = None
@@ -80,7 +88,7 @@ class SlowedEnvironment(BatchedEnvironment):
             else:
                 self._typical = (period if typical is None else
                                  0.9 * typical + 0.1 * period)
-            self._owed += self._extra * period
+            self._owed += self._extra * period + self._delay
             if self._owed > 0:
                 time.sleep(self._owed)
                 self._owed -= time.perf_counter() - now
@@ -106,15 +114,19 @@ def straggler_load(env_name: str, num_envs: int, seed=None,
                    asynchronous: bool = False,
                    load_fn: Optional[Callable] = None,
                    ranks: Sequence[int] = (1, ), slowdown: float = 2.0,
-                   **kwargs):
-    """``load_fn``'s environments, ``slowdown`` times slower in ``ranks``
-    (an ``env_load_fn`` for `TrainerConfig`); ``kwargs`` go to
-    ``load_fn``."""
+                   delay: float = 0.0, **kwargs):
+    """``load_fn``'s environments, ``slowdown`` times slower and ``delay``
+    seconds longer per step in ``ranks`` (an ``env_load_fn`` for
+    `TrainerConfig`); ``kwargs`` go to ``load_fn``."""
+    if slowdown < 1 or delay < 0:
+        raise ConfigError(
+            f"straggler_load: slowdown={slowdown!r}, delay={delay!r}; "
+            "valid: slowdown >= 1 and delay >= 0 seconds")
     if load_fn is None:
         from alf.environments import suite_gym
         load_fn = suite_gym.load
     env = load_fn(env_name, num_envs=num_envs, seed=seed,
                   asynchronous=asynchronous, **kwargs)
-    if slowdown > 1 and collecting_rank() in tuple(ranks):
-        env = SlowedEnvironment(env, slowdown)
+    if (slowdown > 1 or delay > 0) and collecting_rank() in tuple(ranks):
+        env = SlowedEnvironment(env, slowdown, delay)
     return env

@@ -212,3 +212,17 @@ def test_straggler_load_slows_only_the_named_ranks(monkeypatch):
     assert not isinstance(env, straggler.SlowedEnvironment)
     env.close()
     assert os.environ[straggler.RANK_VARIABLE] == "0"
+
+
+def test_the_straggler_delay_adds_fixed_seconds_per_step(monkeypatch):
+    plain = _seconds_per_step(_Timed(0.001), n=30)
+    delayed = _seconds_per_step(
+        straggler.SlowedEnvironment(_Timed(0.001), 1.0, delay=0.01), n=30)
+    assert 0.009 < delayed - plain < 0.013, (plain, delayed)
+    monkeypatch.setenv(straggler.RANK_VARIABLE, "1")
+    env = straggler.straggler_load("CartPole-v1", 1, ranks=(1, ), delay=0.01)
+    assert isinstance(env, straggler.SlowedEnvironment)
+    env.close()
+    for bad in ({"slowdown": 0.5}, {"delay": -1.0}):
+        with pytest.raises(ConfigError, match="slowdown=.*valid"):
+            straggler.straggler_load("CartPole-v1", 1, **bad)
