@@ -172,6 +172,7 @@ class PPGAlgorithm(PPOAlgorithm):
         stats = super().train_on_unroll(exp, progress)
         if self.aux_buffer.num_steps == self.aux_buffer.capacity:
             stats.update(self._auxiliary_phase())
+            self.bound_log_std(progress)  # the clone loss moves it too
         return stats
 
     def _auxiliary_phase(self):

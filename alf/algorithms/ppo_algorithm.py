@@ -10,7 +10,7 @@ minibatch size. One `train_on_unroll`:
    one distributed training wraps) and one optimizer step.
 """
 import math
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import gin
 import gymnasium as gym
@@ -58,6 +58,25 @@ def scheduled(value: float, schedule: str, progress: float) -> float:
         return value * max(1.0 - progress, 0.0)
     raise ConfigError(f"unknown schedule {schedule!r}; valid: constant, "
                       "linear")
+
+
+def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
+    """The ``log_std`` parameters of ``actor`` that ``bound`` (PPO's
+    ``log_std_bound``) clamps; refuses a bound they cannot honour."""
+    if bound is None:
+        return []
+    found = [p for name, p in actor.named_parameters()
+             if name.split(".")[-1] == "log_std"]
+    if (not isinstance(bound, (tuple, list)) or len(bound) != 2 or
+            not all(isinstance(b, (int, float)) for b in bound)):
+        raise ConfigError(f"PPOAlgorithm.log_std_bound={bound!r}; valid: "
+                          "(start, end), two numbers")
+    if not found:
+        raise ConfigError(
+            f"PPOAlgorithm.log_std_bound={tuple(bound)!r} needs a Gaussian "
+            f"policy with a log_std parameter; {type(actor).__name__} has "
+            "none (a discrete action space?)")
+    return found
 
 
 def check_minibatch_size(config, world_size: int) -> None:
@@ -151,6 +170,13 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             early stop averages with the same weights. Costs one
             all-reduce per iteration. ``TrainerConfig.preempt_stragglers``
             turns it on.
+        log_std_bound: ``(start, end)``: an upper bound on the Gaussian
+            policy's log standard deviation that moves linearly from
+            ``start`` to ``end`` over training; after each iteration's
+            updates the log std is clamped to it, so the exploration noise
+            must shrink and the mean must learn to act on its own (the
+            deterministic policy is then the one that was trained). None:
+            the log std is free. Needs a Box action space.
     """
 
     # Unrolls ended early: shorter (sync), or with environments ended at
@@ -172,7 +198,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  normalize_advantages: bool = True,
                  target_kl: Optional[float] = None,
                  normalize_observations: bool = False,
-                 reward_scale: float = 1.0, uneven_batches: bool = False):
+                 reward_scale: float = 1.0, uneven_batches: bool = False,
+                 log_std_bound: Optional[Tuple[float, float]] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,
@@ -181,6 +208,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         scheduled(0.0, clip_schedule, 0.0)
         self.actor = actor_network_ctor(observation_space, action_space)
         self.value_net = value_network_ctor(observation_space)
+        self._log_std_bound = log_std_bound
+        self._log_stds = _log_std_parameters(self.actor, log_std_bound)
         self.add_optimizer(
             Adam(self.parameters(), lr=learning_rate, eps=adam_eps))
         self._lr, self._lr_schedule = learning_rate, lr_schedule
@@ -221,7 +250,20 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.set_learning_rate(scheduled(self._lr, self._lr_schedule,
                                          progress))
         self._clip_now = scheduled(self._clip, self._clip_schedule, progress)
-        return self.train_on_batch(self._prepare_batch(exp))
+        stats = self.train_on_batch(self._prepare_batch(exp))
+        self.bound_log_std(progress)
+        return stats
+
+    def bound_log_std(self, progress: float) -> None:
+        """Clamps the policy's log std to ``log_std_bound`` at ``progress``
+        (every rank alike, so DDP's replicas stay equal)."""
+        if self._log_std_bound is None:
+            return
+        start, end = self._log_std_bound
+        bound = start + (end - start) * min(max(progress, 0.0), 1.0)
+        with torch.no_grad():
+            for p in self._log_stds:
+                p.clamp_(max=bound)
 
     def train_on_batch(self, batch: PPOBatch) -> Dict[str, torch.Tensor]:
         """The epochs of minibatch updates on this rank's ``batch``."""

@@ -7,12 +7,24 @@ from typing import Dict, Optional
 import torch
 
 from alf.algorithms.rl_algorithm import RLAlgorithm
-from alf.environments.batched import BatchedEnvironment
+from alf.environments.batched import BatchedEnvironment, check_environment
+from alf.trainers import seeds
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
 #: Evaluations on the training environments' settings, and on held-out ones
 #: (``TrainerConfig.held_out_env_load_fn``).
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
+
+
+def make_evaluator(cfg, load_fn) -> "Evaluator":
+    """An `Evaluator` of ``cfg.num_eval_episodes`` environments made by
+    ``load_fn`` (the training environments' or the held-out ones'), for
+    the `TrainerConfig` ``cfg``."""
+    env = check_environment(load_fn(
+        cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
+        asynchronous=cfg.async_env), load_fn)
+    return Evaluator(env, seed=seeds.eval_seed(cfg.seed),
+                     deterministic=cfg.eval_deterministic)
 
 
 class Evaluator:
@@ -35,6 +47,11 @@ class Evaluator:
         self._env = env
         self._seed = seed
         self._deterministic = deterministic
+
+    @property
+    def env(self) -> BatchedEnvironment:
+        """The environments evaluation plays in."""
+        return self._env
 
     def _act(self, algorithm, observation) -> torch.Tensor:
         if self._deterministic:

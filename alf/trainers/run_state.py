@@ -73,7 +73,8 @@ class RunState:
         # The best value so far (None: read best.json when first needed),
         # and a better evaluation whose best.pt is still to be written.
         self._best: Optional[float] = None
-        self._best_pending: Optional[Tuple[str, float]] = None
+        self._best_pending: Optional[Tuple[str, float, Optional[dict],
+                                           Optional[int]]] = None
 
     def state(self, iteration: int, env_steps: int) -> dict:
         """What a checkpoint holds (see `CHECKPOINT_LAYOUT`)."""
@@ -144,10 +145,20 @@ class RunState:
                          resumed.iteration, resumed.env_steps)
         return resumed
 
-    def keep_best(self, metrics: Dict[str, float]) -> None:
+    def keep_best(self, metrics: Dict[str, float],
+                  state: Optional[dict] = None,
+                  env_steps: Optional[int] = None) -> None:
         """Marks this evaluation for ``best.pt`` (`save_best`) when it
         beats every earlier one of the run (this process's and, resumed,
-        the earlier ones')."""
+        the earlier ones').
+
+        Args:
+            metrics: the evaluation's.
+            state: the checkpoint state that was evaluated, taken at
+                ``env_steps`` (asynchronous evaluation, which finishes after
+                training moved on); None: the state at `save_best`.
+            env_steps: see ``state``.
+        """
         name = self._best_metric
         value = metrics.get(name, float("nan")) if name else float("nan")
         if math.isnan(value):
@@ -159,17 +170,18 @@ class RunState:
                           else -math.inf)
         if value > self._best:
             self._best = value
-            self._best_pending = (name, value)
+            self._best_pending = (name, value, state, env_steps)
 
     def save_best(self, iteration: int, env_steps: int) -> None:
         """Writes the `keep_best` found, if any (after the iteration's
         regular checkpoint: on a full disk, that is the write that
         reports)."""
         if self._best_pending is not None:
-            name, value = self._best_pending
+            name, value, state, taken_at = self._best_pending
             self._best_pending = None
-            self.checkpointer.save_best(self.state(iteration, env_steps),
-                                        env_steps, name, value)
+            if state is None or taken_at is None:
+                state, taken_at = self.state(iteration, env_steps), env_steps
+            self.checkpointer.save_best(state, taken_at, name, value)
 
     def save_operative_config(self, env_steps: int) -> None:
         """Writes gin's operative config to ``ROOT_DIR/config.gin``; a

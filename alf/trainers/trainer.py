@@ -22,9 +22,11 @@ from alf.environments.batched import check_environment
 from alf.trainers import seeds
 from alf.trainers.checkpointer import free_space
 from alf.trainers.collection_counts import CollectionCounts
+from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
+                                          snapshot)
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
-from alf.trainers.evaluator import Evaluator
+from alf.trainers.evaluator import Evaluator, make_evaluator
 from alf.trainers.preemption import Preemption, make_preemption
 from alf.trainers.reporting import Reporter
 from alf.trainers.run_state import RunState
@@ -88,6 +90,7 @@ class Trainer:
         self._reporter: Optional[Reporter] = None
         self._evaluator: Optional[Evaluator] = None
         self._held_out: Optional[Evaluator] = None
+        self._async_eval: Optional[AsyncEvaluator] = None
         # Set when training starts: the straggler preemption (None when
         # off) and the torch RNG state of the checkpoint resumed from.
         self._preemption: Optional[Preemption] = None
@@ -136,6 +139,9 @@ class Trainer:
         # Same seed everywhere for the weights (they are also broadcast
         # under DDP); per-rank seeds (`seeds`) for everything stochastic.
         torch.manual_seed(cfg.seed)
+        if self.is_chief and cfg.async_eval:
+            # First: it starts while the environments below are built.
+            self._async_eval = AsyncEvaluator(cfg)
         if cfg.unroll_mode == "async":
             self._collector = AsyncCollector(cfg)
         else:
@@ -162,10 +168,12 @@ class Trainer:
             self._collector.cpu_per_step, self.device,
             cfg.num_env_steps, cfg.log_interval_seconds,
             self.is_chief, self.world_size)
-        if self.is_chief:
-            self._evaluator = _make_evaluator(cfg, cfg.env_load_fn)
+        if self._async_eval is not None:
+            self._async_eval.wait_ready()
+        elif self.is_chief:
+            self._evaluator = make_evaluator(cfg, cfg.env_load_fn)
             if cfg.held_out_env_load_fn is not None:
-                self._held_out = _make_evaluator(cfg,
+                self._held_out = make_evaluator(cfg,
                                                  cfg.held_out_env_load_fn)
 
     def _restore(self) -> None:
@@ -228,7 +236,7 @@ class Trainer:
                 and self._counts is not None and self._run_state is not None
                 and self._reporter is not None)
         cfg = self.config
-        last_eval = {}
+        last_eval: Dict[str, float] = {}
         try:
             while self.env_steps < cfg.num_env_steps:
                 iteration_start = time.perf_counter()
@@ -260,9 +268,9 @@ class Trainer:
                 final = self.env_steps >= cfg.num_env_steps
                 if self.iteration % cfg.summary_interval == 0 or final:
                     self._reporter.summarize(self.env_steps, stats)
-                if (cfg.eval_interval and self.iteration % cfg.eval_interval
-                        == 0) or final:
-                    last_eval = self._evaluate()
+                due = final or bool(cfg.eval_interval and self.iteration %
+                                    cfg.eval_interval == 0)
+                last_eval = self._evaluate(due, final) or last_eval
                 if (cfg.sync_check_interval and
                         self.iteration % cfg.sync_check_interval == 0):
                     distributed.check_weights_equal(self.algorithm)
@@ -293,10 +301,16 @@ class Trainer:
                 "resume", sig) from None
         return last_eval
 
-    def _evaluate(self) -> Dict[str, float]:
-        """Rank 0 evaluates (never calling a collective); the others
-        return {}."""
+    def _evaluate(self, due: bool, final: bool) -> Dict[str, float]:
+        """Rank 0 evaluates (never calling a collective) when one is
+        ``due``, or records the asynchronous evaluations that finished (all
+        of them when ``final``); returns the last evaluation's metrics
+        recorded now ({} on the other ranks, or if none)."""
         if not self.is_chief:
+            return {}
+        if self._async_eval is not None:
+            return self._evaluate_async(due, final)
+        if not due:
             return {}
         # All built by `_build` (the evaluator on the chief only).
         assert (self.algorithm is not None and self._evaluator is not None
@@ -313,22 +327,40 @@ class Trainer:
         self._reporter.log_evaluation(self.env_steps, metrics, held_out)
         return metrics
 
+    def _evaluate_async(self, due: bool, final: bool) -> Dict[str, float]:
+        assert (self._async_eval is not None and self.algorithm is not None
+                and self._run_state is not None)
+        if due:
+            kept = (snapshot(self._run_state.state(self.iteration,
+                                                   self.env_steps))
+                    if self.config.best_metric else None)
+            self._async_eval.submit(self.env_steps,
+                                    self.algorithm.acting_state(), kept)
+        results = self._async_eval.wait() if final else \
+            self._async_eval.poll()
+        for r in results:
+            self._record(r)
+        return results[-1].metrics if results else {}
+
+    def _record(self, result: EvalResult) -> None:
+        """Records an asynchronous evaluation as `_evaluate` records its
+        own (``best.pt`` from the state that was evaluated)."""
+        assert self._run_state is not None and self._reporter is not None
+        steps = result.env_steps
+        self._reporter.record_evaluation("eval", result.metrics, steps)
+        self._run_state.keep_best(result.metrics, result.snapshot, steps)
+        if result.held_out is not None:
+            self._reporter.record_evaluation("eval_held_out", result.held_out,
+                                             steps)
+        self._reporter.log_evaluation(steps, result.metrics, result.held_out)
+
     def _close(self) -> None:
         if self._reporter is not None:
             self._reporter.close()
-        for part in (self._collector, self._evaluator, self._held_out):
+        for part in (self._collector, self._evaluator, self._held_out,
+                     self._async_eval):
             if part is not None:
                 part.close()
-
-
-def _make_evaluator(cfg: TrainerConfig, load_fn) -> Evaluator:
-    """An `Evaluator` of ``cfg.num_eval_episodes`` environments made by
-    ``load_fn`` (the training environments' or the held-out ones')."""
-    env = check_environment(load_fn(
-        cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
-        asynchronous=cfg.async_env), load_fn)
-    return Evaluator(env, seed=seeds.eval_seed(cfg.seed),
-                     deterministic=cfg.eval_deterministic)
 
 
 # A write into ROOT_DIR that fails for these is the disk's fault, not a bug.

@@ -122,6 +122,12 @@ class TrainerConfig:
             differ a lot when actions are clipped: a Gaussian whose mean
             sits beyond the bound acts like a constant action when
             deterministic.
+        async_eval: evaluate in a background process (rank 0's), on a copy
+            of the policy taken at the evaluation's env step, while
+            training goes on (`alf.trainers.async_evaluator`); results are
+            recorded under that env step when they arrive, and the last
+            one is waited for. An evaluation that falls due while another
+            is played waits; a newer one replaces it (logged).
         summary_interval: write training summaries every this many
             iterations.
         checkpoint_interval: save a checkpoint every this many iterations
@@ -187,6 +193,7 @@ class TrainerConfig:
     num_eval_episodes: int = 10
     held_out_env_load_fn: Optional[Callable] = None
     eval_deterministic: bool = True
+    async_eval: bool = False
     summary_interval: int = 10
     checkpoint_interval: int = 100
     max_checkpoints: Optional[int] = 5

@@ -236,3 +236,48 @@ def test_ragged_unroll_trains_on_each_environments_real_steps_only():
     # the real steps' advantages.
     blind = alg._prepare_batch(padded).advantage.view(UT, UB)
     assert not torch.allclose(blind[0, 1], batch.advantage[col_of_row == 1][0])
+
+
+def _gaussian_ppo(**kw):
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
+                        unroll_length=4, minibatch_size=4)
+    return PPOAlgorithm(gym.spaces.Box(-1, 1, (3, )),
+                        gym.spaces.Box(-1, 1, (2, )), cfg, **kw)
+
+
+def test_log_std_bound_moves_linearly_and_clamps_after_training():
+    alg = _gaussian_ppo(log_std_bound=(0.0, -2.0))
+    with torch.no_grad():
+        alg.actor.log_std.fill_(0.5)
+    exp = Experience(observation=torch.randn(4, 2, 3),
+                     action=torch.rand(4, 2, 2) * 2 - 1,
+                     reward=torch.randn(4, 2),
+                     terminated=torch.zeros(4, 2, dtype=torch.bool),
+                     truncated=torch.zeros(4, 2, dtype=torch.bool),
+                     next_observation=torch.randn(4, 2, 3),
+                     rollout_info=torch.full((4, 2), -1.0),
+                     policy_version=torch.zeros(4, 2, dtype=torch.int64))
+    alg.train_on_unroll(exp, progress=0.25)
+    assert torch.allclose(alg.actor.log_std, torch.full((2, ), -0.5))
+    # Below the bound it is left alone; the bound never passes its end.
+    with torch.no_grad():
+        alg.actor.log_std.copy_(torch.tensor([-3.0, 1.0]))
+    alg.bound_log_std(1.7)
+    assert alg.actor.log_std.tolist() == [-3.0, -2.0]
+    # Negative control: no bound, no clamp.
+    free = _gaussian_ppo()
+    with torch.no_grad():
+        free.actor.log_std.fill_(0.5)
+    free.bound_log_std(1.0)
+    assert free.actor.log_std.tolist() == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("bound,match", [
+    ((0.0, ), "two numbers"), ("x", "two numbers"),
+])
+def test_a_malformed_log_std_bound_is_refused(bound, match):
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        _gaussian_ppo(log_std_bound=bound)
+    with pytest.raises(ConfigError, match="needs a Gaussian"):
+        _ppo(log_std_bound=(0.0, -1.0))

@@ -26,8 +26,11 @@ class _Run(Run):
 
 
 def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
-    run = _Run(_cmd(tmp_path / "run", **ASYNC,
-                    **{"TrainerConfig.num_env_steps": "10000000"}))
+    # The evaluator process too (asynchronous evaluation, one in flight).
+    run = _Run(_cmd(tmp_path / "run", **dict(ASYNC, **{
+        "TrainerConfig.num_env_steps": "10000000",
+        "TrainerConfig.async_eval": "True",
+        "TrainerConfig.eval_interval": "1"})))
     try:
         assert run.started.wait(90), run.out
         time.sleep(0.3)
@@ -80,11 +83,16 @@ def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
 
 def test_async_two_processes_train_and_finish(tmp_path):
     root = tmp_path / "run"
-    run = _Run(_cmd(root, **ASYNC) + ["--distributed", "multi-process",
-                                      "--num_processes", "2"])
+    run = _Run(_cmd(root, **dict(ASYNC, **{
+        "TrainerConfig.async_eval": "True",
+        "TrainerConfig.eval_interval": "4"})) + [
+            "--distributed", "multi-process", "--num_processes", "2"])
     rc = run.finish(timeout=150)
     assert rc == 0, run.out
     counters = torch.load(max(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))),
                           weights_only=True)["counters"]
     assert counters["env_steps"] == 512, counters
+    # Rank 0's evaluator played the last evaluation before the run ended.
+    with open(root / "eval.csv") as f:
+        assert f.read().splitlines()[-1].startswith("512,"), run.out
     assert_no_process_left(run.proc.pid)

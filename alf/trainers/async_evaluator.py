@@ -1,0 +1,278 @@
+"""Evaluation in a background process (``TrainerConfig.async_eval``).
+
+Synchronous evaluation stops training: rank 0 plays ``num_eval_episodes``
+(and as many held-out ones) while the other ranks wait at the next
+collective and the actors of asynchronous collection run out of policy
+versions. On a slow simulator that is a large share of the wall clock
+(`ppg_metadrive.gin`: 10 + 10 episodes of up to 1,000 steps every 20k
+training steps). Here an evaluator process owns the evaluation
+environments and a copy of the policy: the learner sends it the policy's
+acting state at the evaluation's env step and goes on training; the result
+comes back later and is recorded under that env step.
+
+* One evaluation runs at a time. One that falls due while another runs
+  waits; a newer one replaces it (the learner logs that it was skipped),
+  so a slow evaluator never builds a backlog.
+* ``best.pt`` keeps the weights that were evaluated: the learner keeps a
+  CPU copy of the checkpoint state of each evaluation in flight, and writes
+  it as ``best.pt`` if the result is the best so far.
+* The last evaluation is waited for (`wait`), so ``eval.csv`` ends at the
+  run's last env step as with synchronous evaluation. On Ctrl-C or a crash
+  the evaluation in flight is dropped; the resumed run evaluates again.
+* The evaluator never touches the process group (rank 0 owns it); it
+  ignores the run's signals and dies with its parent, like the actors.
+
+Messages (`actor.encode`d, over the evaluator's pipe):
+
+* learner -> evaluator: ``("eval", env_steps, acting_state)``, ``("stop",)``;
+* evaluator -> learner: ``("ready",)``, ``("result", env_steps, metrics,
+  held_out_metrics or None, seconds)``, ``("error", is_user_error, type
+  name, one-line message, traceback)``.
+"""
+import dataclasses
+import multiprocessing as mp
+import pickle
+import time
+import traceback
+from typing import Any, Dict, List, NamedTuple, NoReturn, Optional
+
+import gin
+import gymnasium as gym
+import torch
+from absl import logging
+
+from alf.trainers.actor import decode, encode
+from alf.utils.errors import AlfError
+
+#: Sent instead of a held-out load function that does not pickle (a
+#: gin-scoped ``@held_out/suite_metadrive.load``): the evaluator takes it
+#: from gin, which it parses from the same bindings.
+FROM_GIN = "from gin"
+
+
+class EvaluationError(AlfError):
+    """The evaluator process failed or died."""
+
+
+class EvalResult(NamedTuple):
+    """A finished evaluation.
+
+    Attributes:
+        env_steps: the env steps trained when the policy was taken.
+        metrics: the evaluation's averages (as `Evaluator.evaluate`).
+        held_out: the held-out evaluation's, or None.
+        snapshot: the checkpoint state at ``env_steps`` (for ``best.pt``),
+            or None when no best checkpoint is kept.
+        seconds: how long the evaluator played.
+    """
+    env_steps: int
+    metrics: Dict[str, float]
+    held_out: Optional[Dict[str, float]]
+    snapshot: Optional[dict]
+    seconds: float
+
+
+def evaluator_main(conn, gin_config: str, config, env_spec,
+                   held_out_fn) -> None:
+    """Entry point of the evaluator process (spawned by `AsyncEvaluator`).
+
+    Args:
+        conn: its end of the pipe to the learner.
+        gin_config: the learner's ``gin.config_str()``.
+        config: the run's `TrainerConfig` (``held_out_env_load_fn`` unset).
+        env_spec: the learner's gymnasium registration of
+            ``config.env_name``, if any (see `actor.actor_main`).
+        held_out_fn: the held-out load function, `FROM_GIN`, or None.
+    """
+    from alf.environments import env_fn
+    from alf.trainers.evaluator import make_evaluator
+    env_fn.prepare_worker()
+    torch.set_num_threads(1)
+    evaluators = []
+    try:
+        from alf.trainers.config_parser import parse_config
+        parse_config([], [gin_config])
+        if env_spec is not None:
+            gym.registry.setdefault(env_spec.id, env_spec)
+        if held_out_fn == FROM_GIN:
+            from alf.trainers.trainer_config import TrainerConfig
+            held_out_fn = TrainerConfig().held_out_env_load_fn
+        evaluators.append(make_evaluator(config, config.env_load_fn))
+        if held_out_fn is not None:
+            evaluators.append(make_evaluator(config, held_out_fn))
+        env = evaluators[0].env
+        algorithm = config.algorithm_ctor(
+            observation_space=env.observation_space,
+            action_space=env.action_space, config=config)
+        conn.send_bytes(encode(("ready", )))
+        while True:
+            message = decode(conn.recv_bytes())
+            if message[0] == "stop":
+                return
+            _, env_steps, state = message
+            start = time.perf_counter()
+            algorithm.load_acting_state(state)
+            results = [e.evaluate(algorithm) for e in evaluators]
+            conn.send_bytes(encode((
+                "result", env_steps, results[0],
+                results[1] if len(results) > 1 else None,
+                time.perf_counter() - start)))
+    except (EOFError, OSError):
+        return  # the learner is gone
+    except BaseException as e:  # noqa: BLE001 - reported to the learner
+        from alf.utils.errors import one_line
+        try:
+            conn.send_bytes(encode(("error", isinstance(e, AlfError),
+                                    type(e).__name__, one_line(e),
+                                    traceback.format_exc())))
+        except OSError:
+            pass
+    finally:
+        for ev in evaluators:
+            ev.close()
+
+
+def snapshot(state: Any) -> Any:
+    """A CPU copy of a checkpoint state (nested dicts, lists and tensors),
+    unchanged by later training."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {k: snapshot(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(snapshot(v) for v in state)
+    return state
+
+
+class AsyncEvaluator:
+    """Rank 0's evaluations, played by a background process (see the
+    module's doc).
+
+    Args:
+        config: the run's `TrainerConfig`.
+    """
+
+    def __init__(self, config):
+        held_out = config.held_out_env_load_fn
+        if held_out is not None:
+            try:
+                pickle.dumps(held_out)
+            except Exception:  # noqa: BLE001 - whatever pickle raises
+                held_out = FROM_GIN
+        config = dataclasses.replace(config, held_out_env_load_fn=None)
+        spec = (gym.spec(config.env_name) if config.env_name in gym.registry
+                else None)
+        ctx = mp.get_context("spawn")
+        self._conn, theirs = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=evaluator_main, daemon=True, name="alf-evaluator",
+            args=(theirs, gin.config_str(), config, spec, held_out))
+        self._proc.start()
+        theirs.close()
+        self._ready = False
+        # The evaluation being played and the one waiting for it, each as
+        # (env_steps, acting state, snapshot).
+        self._running: Optional[tuple] = None
+        self._waiting: Optional[tuple] = None
+        self.skipped = 0
+
+    def wait_ready(self) -> None:
+        """Waits until the evaluator has built its environments and policy
+        (so no evaluation is skipped while it starts, and a configuration
+        mistake in them stops the run before training)."""
+        while not self._ready:
+            self.poll(timeout=1.0)
+
+    @property
+    def busy(self) -> bool:
+        """Whether an evaluation is being played or waits to be."""
+        return self._running is not None or self._waiting is not None
+
+    def submit(self, env_steps: int, acting_state: dict,
+               snapshot: Optional[dict] = None) -> None:
+        """Asks for an evaluation of the policy whose `acting_state` is
+        given, taken at ``env_steps``; ``snapshot`` is the checkpoint state
+        to keep if it scores best. Returns at once."""
+        request = (env_steps, acting_state, snapshot)
+        if self._running is None and self._ready:
+            self._send(request)
+            return
+        if self._waiting is not None:
+            self.skipped += 1
+            logging.warning(
+                "evaluation at %d env steps skipped: the evaluator was still "
+                "busy (use a larger eval_interval, fewer num_eval_episodes, "
+                "or async_eval=False)", self._waiting[0])
+        self._waiting = request
+
+    def poll(self, timeout: float = 0.0) -> List[EvalResult]:
+        """The evaluations finished so far (waits up to ``timeout`` s for
+        the first message).
+
+        Raises:
+            EvaluationError: the evaluator failed or died (an `AlfError`
+                with the evaluator's one line for a configuration mistake).
+        """
+        done = []
+        while self._conn.poll(timeout):
+            timeout = 0.0
+            try:
+                message = decode(self._conn.recv_bytes())
+            except (EOFError, OSError):
+                self._raise_dead()
+            kind = message[0]
+            if kind == "error":
+                _, user_error, name, text, tb = message
+                logging.error("evaluator failed:\n%s", tb)
+                raise (AlfError(text) if user_error else EvaluationError(
+                    f"the evaluator process failed: {name}: {text}"))
+            if kind == "ready":
+                self._ready = True
+            elif kind == "result":
+                assert self._running is not None
+                _, env_steps, metrics, held_out, seconds = message
+                done.append(EvalResult(env_steps, metrics, held_out,
+                                       self._running[2], seconds))
+                self._running = None
+            if self._running is None and self._waiting is not None and \
+                    self._ready:
+                request, self._waiting = self._waiting, None
+                self._send(request)
+        if not done and not self._proc.is_alive() and \
+                not self._conn.poll():
+            self._raise_dead()
+        return done
+
+    def wait(self) -> List[EvalResult]:
+        """Every evaluation submitted, once finished."""
+        done = []
+        while self.busy:
+            done += self.poll(timeout=1.0)
+        return done
+
+    def close(self) -> None:
+        """Stops the evaluator (killing it if it does not stop in time)."""
+        try:
+            self._conn.send_bytes(encode(("stop", )))
+        except OSError:
+            pass  # already gone
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._conn.close()
+
+    def _send(self, request: tuple) -> None:
+        env_steps, state, _ = request
+        try:
+            self._conn.send_bytes(encode(("eval", env_steps, state)))
+        except OSError:
+            self._raise_dead()
+        self._running = request
+
+    def _raise_dead(self) -> NoReturn:
+        self._proc.join(timeout=5)
+        code = self._proc.exitcode
+        how = (f"was killed by signal {-code}" if code is not None and
+               code < 0 else f"exited with code {code}")
+        raise EvaluationError(f"the evaluator process {how}")

@@ -1,0 +1,136 @@
+"""Evaluation in a background process (``TrainerConfig.async_eval``): it
+records what synchronous evaluation records, keeps the evaluated weights
+as best.pt, and fails or dies in one line without leaving a process."""
+import multiprocessing as mp
+import os
+import signal
+
+import gin
+import pytest
+import torch
+
+from alf.algorithms import PPOAlgorithm
+from alf.trainers import Trainer, TrainerConfig
+from alf.trainers.async_evaluator import EvaluationError
+from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.evaluator import read_eval_csv
+from alf.utils.errors import AlfError, ConfigError
+
+SPI = 32  # env steps per iteration: 2 envs x 16 steps
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+def _config(**kw) -> TrainerConfig:
+    args = dict(algorithm_ctor=PPOAlgorithm, env_name="CartPole-v1",
+                num_envs=2, unroll_length=16, minibatch_size=32,
+                num_epochs=2, num_env_steps=12 * SPI, eval_interval=2,
+                num_eval_episodes=2, summary_interval=2,
+                checkpoint_interval=1, max_checkpoints=None,
+                log_interval_seconds=1000.0,
+                held_out_env_load_fn=short_episodes)
+    args.update(kw)
+    return TrainerConfig(**args)
+
+
+def short_episodes(env_name, **kw):
+    """CartPole cut at 20 steps: "held-out" evaluations that differ."""
+    from alf.environments import suite_gym
+    return suite_gym.load(env_name, max_episode_steps=20, **kw)
+
+
+def refusing(env_name, **kw):
+    raise ConfigError("refusing: a held-out load function that refuses")
+
+
+class _Dying:
+    """Environments whose reset kills their process (the evaluator's:
+    ``asynchronous=False`` builds them in-process)."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def reset(self, seed=None):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def dying(env_name, **kw):
+    from alf.environments import batched
+    env = short_episodes(env_name, **kw)
+    batched.BatchedEnvironment.register(_Dying)
+    return _Dying(env)
+
+
+def _rows(root, name="eval.csv"):
+    return read_eval_csv(os.path.join(root, name))
+
+
+@pytest.mark.timeout(180)
+def test_asynchronous_evaluation_records_what_synchronous_records(tmp_path):
+    """Synchronous collection in one process is reproducible, so each
+    evaluation the asynchronous evaluator plays must equal the synchronous
+    one at the same env step, and best.pt must be the weights trained to
+    the step that scored best."""
+    sync_root, async_root = str(tmp_path / "sync"), str(tmp_path / "async")
+    os.makedirs(sync_root)
+    os.makedirs(async_root)
+    want = Trainer(sync_root, config=_config()).train()
+    got = Trainer(async_root, config=_config(async_eval=True)).train()
+    assert got == want  # the last evaluation, waited for
+    for name in ("eval.csv", "eval_held_out.csv"):
+        sync_rows, async_rows = _rows(sync_root, name), _rows(async_root, name)
+        # A due evaluation may be skipped while the evaluator is busy;
+        # every one played is the synchronous one, and the last is there.
+        assert async_rows["env_steps"][-1] == 12 * SPI
+        assert len(async_rows["env_steps"]) >= 2
+        for i, steps in enumerate(async_rows["env_steps"]):
+            j = sync_rows["env_steps"].index(steps)
+            for column, values in async_rows.items():
+                assert values[i] == sync_rows[column][j], (name, column)
+    best = Checkpointer(os.path.join(async_root, "ckpt")).best()
+    rows = _rows(async_root)
+    scored = dict(zip(rows["env_steps"], rows["average_return"]))
+    assert best is not None and best["value"] == max(scored.values())
+    assert scored[best["env_steps"]] == best["value"]
+    kept = torch.load(best["path"], weights_only=True)
+    trained = torch.load(os.path.join(
+        sync_root, "ckpt", f"ckpt-{best['env_steps']}.pt"), weights_only=True)
+    assert kept["counters"] == trained["counters"]
+    for k, v in trained["algorithm"].items():
+        assert torch.equal(kept["algorithm"][k], v), k
+    # Negative control: the final weights differ from the best's (else the
+    # comparison above could not tell a stale snapshot from a fresh one).
+    if best["env_steps"] != 12 * SPI:
+        final = torch.load(os.path.join(async_root, "ckpt",
+                                        f"ckpt-{12 * SPI}.pt"),
+                           weights_only=True)["algorithm"]
+        assert any(not torch.equal(final[k], v)
+                   for k, v in kept["algorithm"].items())
+    assert not mp.active_children()
+
+
+@pytest.mark.timeout(120)
+def test_an_evaluator_that_fails_to_build_stops_the_run_in_one_line(
+        tmp_path):
+    with pytest.raises(AlfError, match="a held-out load function that "
+                       "refuses"):
+        Trainer(str(tmp_path), config=_config(
+            async_eval=True, held_out_env_load_fn=refusing)).train()
+    assert not mp.active_children()
+    assert not os.path.exists(tmp_path / "eval.csv")
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_evaluator_is_named_with_its_signal(tmp_path):
+    with pytest.raises(EvaluationError, match="killed by signal 9"):
+        Trainer(str(tmp_path), config=_config(
+            async_eval=True, held_out_env_load_fn=dying)).train()
+    assert not mp.active_children()
