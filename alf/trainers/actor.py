@@ -143,6 +143,7 @@ class _Actor:
         self._T, self._lag = unroll_length, max_policy_lag
         self._version = 0
         self._storage = None
+        self._storage_leaves: list = []
         self._cut = (-1, 0)  # (unroll, least steps) of the last "cut"
 
     def _handle(self, message) -> Optional[tuple]:
@@ -185,6 +186,7 @@ class _Actor:
         obs = alg.observe(env.reset(seed=env_seed).observation)
         names = tuple(env.episode_info)
         nan = torch.full((env.num_envs, ), float("nan"))
+        versions = (-1, nan)  # (version, its column of policy versions)
         t = 0
         clock, cpu = time.perf_counter, time.thread_time
         began, began_cpu = clock(), cpu()
@@ -205,11 +207,12 @@ class _Actor:
             stored_next = next_obs
             if ts.final_observation is not None:
                 stored_next = alg.observe(ts.final_observation, update=False)
+            if versions[0] != self._version:
+                versions = (self._version, torch.full(
+                    (env.num_envs, ), self._version, dtype=torch.int64))
             record = (Experience(
                 obs, step.output, ts.reward, ts.terminated, ts.truncated,
-                stored_next, step.info,
-                torch.full((env.num_envs, ), self._version,
-                           dtype=torch.int64)),
+                stored_next, step.info, versions[1]),
                 {k: ts.episode_info.get(k, nan) for k in names})
             self._write(t, record)
             obs, t = next_obs, t + 1
@@ -228,11 +231,13 @@ class _Actor:
                 waited = stepping = stepping_cpu = 0.0
 
     def _write(self, t: int, record) -> None:
+        leaves = nest.flatten(record)
         if self._storage is None:
             with torch.inference_mode(False):
                 self._storage = nest.map_structure(
                     lambda x: torch.zeros((self._T, ) + tuple(x.shape),
                                           dtype=x.dtype), record)
-        for store, leaf in zip(nest.flatten(self._storage),
-                               nest.flatten(record)):
+            # Flattened once: this runs every step (docs/benchmarks.md).
+            self._storage_leaves = nest.flatten(self._storage)
+        for store, leaf in zip(self._storage_leaves, leaves):
             store[t].copy_(leaf)
