@@ -233,3 +233,34 @@ def test_uneven_batches_through_an_aux_phase_equal_one_process():
             assert diff <= 1e-5, f"{name}: max abs diff {diff}"
     w = "actor.aux_value_head.weight"
     assert not torch.allclose(_ppg().state_dict()[w], ref[w])
+
+
+def test_the_log_std_bound_holds_after_the_auxiliary_phase(monkeypatch):
+    """The clone loss moves the log std too; PPG clamps again after it."""
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, minibatch_size=T * B, num_epochs=1)
+    # PPG takes PPO's settings from PPO's bindings, as its gin files do.
+    with gin.unlock_config():
+        gin.bind_parameter("PPOAlgorithm.log_std_bound", (0.0, -1.0))
+    try:
+        alg = PPGAlgorithm(OBS_SPACE, gym.spaces.Box(-1, 1, (2, )), cfg,
+                           aux_interval=1, aux_epochs=1,
+                           aux_minibatch_size=T * B)
+    finally:
+        gin.clear_config()
+    log_std, = [p for n, p in alg.named_parameters() if n.endswith("log_std")]
+    real = alg._auxiliary_phase
+
+    def raising():
+        out = real()
+        with torch.no_grad():
+            log_std.fill_(3.0)
+        return out
+
+    monkeypatch.setattr(alg, "_auxiliary_phase", raising)
+    exp = _unrolls(1)[0]._replace(action=torch.rand(T, B, 2) * 2 - 1)
+    for t in range(T):
+        alg.store(nest.map_structure(lambda x: x[t], exp))
+    stats = alg.train_iter(0.5)
+    assert "aux/kl" in stats
+    assert log_std.tolist() == [-0.5, -0.5]
