@@ -5,43 +5,24 @@ import multiprocessing as mp
 import os
 import signal
 
-import gin
 import pytest
 import torch
 
-from alf.algorithms import PPOAlgorithm
-from alf.trainers import Trainer, TrainerConfig
+from alf.trainers import Trainer
 from alf.trainers.async_evaluator import EvaluationError
 from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.evaluator import read_eval_csv
 from alf.utils.errors import AlfError, ConfigError
-
-SPI = 32  # env steps per iteration: 2 envs x 16 steps
-
-
-@pytest.fixture(autouse=True)
-def clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+from test_trainer import SPI, clean_gin, tiny_config  # noqa: F401
+from test_trainer import _short_episodes as short_episodes
 
 
-def _config(**kw) -> TrainerConfig:
-    args = dict(algorithm_ctor=PPOAlgorithm, env_name="CartPole-v1",
-                num_envs=2, unroll_length=16, minibatch_size=32,
-                num_epochs=2, num_env_steps=12 * SPI, eval_interval=2,
-                num_eval_episodes=2, summary_interval=2,
+def _config(**kw):
+    args = dict(num_env_steps=12 * SPI, eval_interval=2,
                 checkpoint_interval=1, max_checkpoints=None,
-                log_interval_seconds=1000.0,
                 held_out_env_load_fn=short_episodes)
     args.update(kw)
-    return TrainerConfig(**args)
-
-
-def short_episodes(env_name, **kw):
-    """CartPole cut at 20 steps: "held-out" evaluations that differ."""
-    from alf.environments import suite_gym
-    return suite_gym.load(env_name, max_episode_steps=20, **kw)
+    return tiny_config(**args)
 
 
 def refusing(env_name, **kw):
