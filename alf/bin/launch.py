@@ -6,8 +6,10 @@ dead-rank rules: README, "Distributed training"):
 
 * Ctrl-C, SIGTERM, SIGHUP (to the launcher or to the whole process group):
   every rank is asked to stop after its iteration; rank 0 saves a
-  checkpoint; a rank still alive after ``stop_grace`` seconds is aborted,
-  then killed. The exit code is 128 + the signal (130, 143, 129).
+  checkpoint. A rank still alive after ``stop_grace`` seconds, or when a
+  second stop signal comes, is aborted, then killed, and the launcher says
+  so in one line (that stop saved no checkpoint). The exit code is 128 +
+  the signal (130, 143, 129).
 * SIGUSR1: forwarded; rank 0 saves a checkpoint and training goes on.
 * A failing rank: the cause is reported once, naming the rank and how it
   failed (its traceback, "was killed by SIGKILL", "stopped answering");
@@ -119,14 +121,23 @@ def _wait_all(procs, seconds: float) -> bool:
     return not any(p.is_alive() for p in procs)
 
 
-def _stop(procs, grace: float) -> None:
-    """Waits ``grace`` s, then aborts, then kills whatever is still alive."""
-    if _wait_all(procs, grace):
-        return
+def _stop(procs, grace: float, got: Optional[List[int]] = None) -> List[int]:
+    """Waits ``grace`` s (or until ``got`` receives a stop signal), then
+    aborts, then kills whatever is still alive; returns the ranks it
+    aborted."""
+    deadline = time.time() + grace
+    while time.time() < deadline and any(p.is_alive() for p in procs):
+        if got and any(g in process.STOP_SIGNALS for g in got):
+            break  # asked again: stop now
+        time.sleep(0.05)
+    aborted = [r for r, p in enumerate(procs) if p.is_alive()]
+    if not aborted:
+        return []
     _signal_all(procs, process.ABORT_SIGNAL)
     if not _wait_all(procs, 3.0):
         _signal_all(procs, signal.SIGKILL)
         _wait_all(procs, 3.0)
+    return aborted
 
 
 def _stop_resource_tracker() -> None:
@@ -154,6 +165,9 @@ class _Round:
         self.alive_at_failure: List[int] = []
         self.stopped: List[int] = []
         self.messages: List[tuple] = []  # the ranks' reports
+        # Ranks aborted during a stop, and why ("" when none was).
+        self.aborted: List[int] = []
+        self.aborted_why = ""
 
     def watch(self) -> None:
         """Records ranks that end on their own with a failure."""
@@ -257,7 +271,12 @@ def _supervise(rnd: _Round, got: List[int], stop_grace: float,
                 rnd.signal = sig
                 # Ranks ignore repeats of a stop they already have.
                 _signal_all(procs, sig)
-                _stop(procs, stop_grace)
+                rnd.aborted = _stop(procs, stop_grace, got)
+                again = [g for g in got if g in process.STOP_SIGNALS]
+                if rnd.aborted:
+                    rnd.aborted_why = (
+                        f"a second {process.signal_name(again[0])}" if again
+                        else f"{stop_grace:g} s (--stop_grace)")
                 return
         rnd.watch()
         if rnd.deaths:
@@ -271,7 +290,7 @@ def _supervise(rnd: _Round, got: List[int], stop_grace: float,
 
 
 def launch(fn: Callable, args: Sequence, num_processes: int,
-           prog: str = "alf", stop_grace: float = 8.0,
+           prog: str = "alf", stop_grace: float = 120.0,
            crash_grace: float = 5.0, backend: str = "gloo",
            setup: Optional[Tuple[Callable, tuple]] = None,
            max_restarts: int = 0, timeout_hint: str = "the timeout") -> int:
@@ -283,7 +302,10 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
         num_processes: world size.
         backend: ``gloo`` (CPU ranks) or ``nccl`` (rank r on GPU r).
         prog: name used to prefix the launcher's own messages.
-        stop_grace: seconds the ranks get to stop after a stop signal.
+        stop_grace: seconds the ranks get to finish their iteration and
+            checkpoint after a stop signal (an iteration of a slow
+            simulator takes many seconds; a scheduler that kills sooner
+            kills anyway); a second stop signal aborts them at once.
         crash_grace: seconds the other ranks get after one rank failed.
         setup: ``(function, args)`` each rank calls before forming the
             process group (e.g. parsing the configuration, which sets the
@@ -317,6 +339,14 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
     finally:
         _stop_resource_tracker()
     if rnd.signal is not None:
+        if rnd.aborted:
+            ranks = ", ".join(str(r) for r in rnd.aborted)
+            print(f"{prog}: {process.signal_name(rnd.signal)}: rank(s) "
+                  f"{ranks} had not finished their iteration after "
+                  f"{rnd.aborted_why}; aborted, so this stop saved no "
+                  "checkpoint (the newest one is the last saved before it; "
+                  "run the same command to resume from it)",
+                  file=sys.stderr, flush=True)
         return process.exit_code_for(rnd.signal)
     stopped = [c for c in codes if c is not None and c > 128]
     if stopped:  # ranks stopped on a signal sent to them, not to us

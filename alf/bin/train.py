@@ -39,6 +39,11 @@ flags.DEFINE_integer("max_restarts", 0, "With --distributed: how many times "
                      "a run whose rank crashed, was killed or stalled starts "
                      "all ranks again, resuming from the last checkpoint.",
                      lower_bound=0)
+flags.DEFINE_float("stop_grace", 120.0, "With --distributed: seconds the "
+                   "ranks get to finish their iteration and save a "
+                   "checkpoint after Ctrl-C, SIGTERM or SIGHUP; past it, or "
+                   "on a second Ctrl-C, they are aborted without one.",
+                   lower_bound=0.0)
 FLAGS = flags.FLAGS
 
 
@@ -184,6 +189,7 @@ def main(argv: List[str]) -> int:
                           setup=(parse_config,
                                  (gin_files, gin_params)),
                           max_restarts=FLAGS.max_restarts,
+                          stop_grace=FLAGS.stop_grace,
                           timeout_hint=_timeout_text())
         Trainer(root_dir).train()
     except TrainingInterrupted as e:

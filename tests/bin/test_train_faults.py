@@ -90,6 +90,31 @@ def test_preemption_signal_checkpoints_and_exits_conventionally(tmp_path,
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("grace,signals,why", [
+    (0.5, 1, "0.5 s (--stop_grace)"), (60.0, 2, "a second SIGINT")])
+def test_a_stop_that_cannot_finish_its_iteration_says_so(tmp_path, grace,
+                                                         signals, why):
+    """Iterations of ~5 s (a slow simulator): past --stop_grace, or on a
+    second Ctrl-C, the ranks are aborted, and the launcher says that this
+    stop saved no checkpoint."""
+    run, _ = _start(tmp_path, ENDLESS, extra=MP + [
+        "--stop_grace", str(grace)], params=[
+            "TrainerConfig.env_load_fn=@straggler_load",
+            "straggler_load.ranks=(0, 1)", "straggler_load.delay=0.3"])
+    start = time.time()
+    for _ in range(signals):
+        run.proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+    assert run.finish(timeout=30) == 130, run.out[-3000:]
+    assert time.time() - start < 12
+    said = [ln for ln in run.lines if "this stop saved no checkpoint" in ln]
+    assert len(said) == 1, run.out[-3000:]
+    assert f"after {why}" in said[0] and "rank(s) 0, 1" in said[0], said[0]
+    assert "stopped at" not in run.out and "Traceback" not in run.out
+    _assert_nothing_left(run, tmp_path)
+
+
+@pytest.mark.timeout(200)
 def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
     """A scheduler signals every process of the job: the environment
     workers must not die before the ranks have checkpointed."""
