@@ -164,8 +164,12 @@ class AsyncEvaluator:
                 else None)
         ctx = mp.get_context("spawn")
         self._conn, theirs = ctx.Pipe()
+        # Not a daemon: its environments may run in subprocesses of their
+        # own (MetaDrive's always do), which a daemon may not start. It
+        # still dies with the learner (`env_fn.prepare_worker`), and
+        # `close` stops it.
         self._proc = ctx.Process(
-            target=evaluator_main, daemon=True, name="alf-evaluator",
+            target=evaluator_main, daemon=False, name="alf-evaluator",
             args=(theirs, gin.config_str(), config, spec, held_out))
         self._proc.start()
         theirs.close()

@@ -63,8 +63,11 @@ def test_asynchronous_evaluation_records_what_synchronous_records(tmp_path):
     sync_root, async_root = str(tmp_path / "sync"), str(tmp_path / "async")
     os.makedirs(sync_root)
     os.makedirs(async_root)
-    want = Trainer(sync_root, config=_config()).train()
-    got = Trainer(async_root, config=_config(async_eval=True)).train()
+    # Environments in subprocesses: the evaluator must be able to start
+    # them (as MetaDrive's always are).
+    want = Trainer(sync_root, config=_config(async_env=True)).train()
+    got = Trainer(async_root, config=_config(async_eval=True,
+                                             async_env=True)).train()
     assert got == want  # the last evaluation, waited for
     for name in ("eval.csv", "eval_held_out.csv"):
         sync_rows, async_rows = _rows(sync_root, name), _rows(async_root, name)
