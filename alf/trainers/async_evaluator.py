@@ -152,7 +152,7 @@ class AsyncEvaluator:
         config: the run's `TrainerConfig`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config) -> None:
         held_out = config.held_out_env_load_fn
         if held_out is not None:
             try:
