@@ -53,6 +53,31 @@ WORKLOADS = {
 }
 
 
+def config_env_settings(gin_file: str) -> dict:
+    """`metadrive_step_rate.CONFIG`'s keys as ``gin_file`` binds
+    ``suite_metadrive.load`` (its defaults where unbound), so that bare
+    MetaDrive steps the scenarios training steps."""
+    import inspect
+
+    import gin
+
+    from alf.environments import suite_metadrive
+    from alf.trainers.config_parser import parse_config
+    from metadrive_step_rate import CONFIG
+    defaults = inspect.signature(suite_metadrive.load).parameters
+    parse_config([gin_file], [])
+    try:
+        out = {}
+        for key in CONFIG:
+            try:
+                out[key] = gin.query_parameter(f"suite_metadrive.load.{key}")
+            except ValueError:
+                out[key] = defaults[key].default
+        return out
+    finally:
+        gin.clear_config()
+
+
 def bare_rate(raws, steps: int) -> float:
     """Env steps/s of all ``raws`` stepping at once (over the slowest)."""
     for r in raws:
@@ -86,7 +111,9 @@ def main():
     bare, raws = [], []
     if args.workload == "metadrive":
         from metadrive_step_rate import Raw
-        raws = [Raw(i) for i in range(cores)]
+        settings = config_env_settings(gin_file)
+        print(f"bare MetaDrive settings (from {gin_file}): {settings}")
+        raws = [Raw(i, settings) for i in range(cores)]
     try:
         with tempfile.TemporaryDirectory(prefix="alf-async-") as root:
             for rep in range(args.repeats):

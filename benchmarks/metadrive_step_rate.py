@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+from typing import Optional
 
 import numpy as np
 import torch
@@ -44,13 +45,13 @@ def _actions(trajectory: int):
     return lambda: rng.uniform(-1, 1, 2).astype(np.float32)
 
 
-def _raw_worker(conn, trajectory: int) -> None:
+def _raw_worker(conn, trajectory: int, config: dict) -> None:
     """Runs one MetaDriveEnv; answers each number of steps with seconds."""
     from alf.environments.metadrive_env_fn import make_env
     # The same scenario choice as the suite's workers (ScenarioSampling),
     # all of MetaDrive's info (nothing crosses a process boundary here).
     env = make_env(suite_metadrive.OBSERVATIONS["state"][0],
-                   dict(CONFIG, log_level=30))
+                   dict(config, log_level=30))
     action = _actions(trajectory)
     env.reset(seed=trajectory)
 
@@ -75,12 +76,15 @@ def _raw_worker(conn, trajectory: int) -> None:
 
 
 class Raw:
+    """One bare MetaDriveEnv in a process of its own, stepping trajectory
+    ``trajectory`` under ``config`` (MetaDrive's settings; default
+    `CONFIG`)."""
 
-    def __init__(self, trajectory: int):
+    def __init__(self, trajectory: int, config: Optional[dict] = None):
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_raw_worker,
-                                 args=(child, trajectory), daemon=True)
+        self._proc = ctx.Process(target=_raw_worker, args=(
+            child, trajectory, dict(config or CONFIG)), daemon=True)
         self._proc.start()
         assert self._conn.recv() == "ready"
 
