@@ -25,17 +25,22 @@ TINY = {
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("gin_file,mode", [
-    ("ppg_metadrive.gin", None),  # the config's own (async) collection
-    ("ppg_metadrive_bev.gin", None),  # top-down rendering in actors
-    ("ppg_metadrive_bev.gin", '"sync"'),  # the synchronous path too
+@pytest.mark.parametrize("gin_file,mode,async_eval", [
+    ("ppg_metadrive.gin", None, False),  # the config's own (async) collection
+    # The evaluator process builds MetaDrive's subprocess environments.
+    ("ppg_metadrive.gin", None, True),
+    ("ppg_metadrive_bev.gin", None, False),  # top-down rendering in actors
+    ("ppg_metadrive_bev.gin", '"sync"', False),  # the synchronous path too
 ])
-def test_config_trains_a_few_iterations(gin_file, mode, tmp_path):
+def test_config_trains_a_few_iterations(gin_file, mode, async_eval,
+                                        tmp_path):
     cmd = [sys.executable, "-m", "alf.bin.train", "--gin_file", gin_file,
            "--root_dir", str(tmp_path)]
     params = dict(TINY)
     if mode:
         params["TrainerConfig.unroll_mode"] = mode
+    if async_eval:
+        params["TrainerConfig.async_eval"] = "True"
     for name, value in params.items():
         cmd += ["--gin_param", f"{name}={value}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
