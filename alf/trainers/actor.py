@@ -27,9 +27,10 @@ Messages (`encode`d, over the actor's pipe):
 import pickle
 import time
 import traceback
-from typing import Optional
+from typing import NoReturn, Optional
 
 import torch
+from absl import logging
 
 from alf import nest
 from alf.data_structures import Experience
@@ -61,11 +62,7 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
     torch.set_num_threads(1)
     env = None
     try:
-        from alf.trainers.config_parser import parse_config
-        parse_config([], [gin_config])
-        if env_spec is not None:
-            import gymnasium as gym
-            gym.registry.setdefault(env_spec.id, env_spec)
+        adopt_config(gin_config, env_spec)
         env = check_environment(config.env_load_fn(
             config.env_name, num_envs=num_envs, seed=None,
             asynchronous=False), config.env_load_fn)
@@ -76,15 +73,45 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
                      tuple(env.episode_info)))
         _Actor(conn, env, algorithm, unroll_length, max_policy_lag).run()
     except BaseException as e:  # noqa: BLE001 - reported to the learner
-        from alf.utils.errors import AlfError, one_line
-        try:
-            _send(conn, ("error", isinstance(e, AlfError), type(e).__name__,
-                         one_line(e), traceback.format_exc()))
-        except OSError:
-            pass  # the learner is gone
+        report_error(conn, e)
     finally:
         if env is not None:
             env.close()
+
+
+def adopt_config(gin_config: str, env_spec) -> None:
+    """In a helper process (an actor, the evaluator): parses the learner's
+    gin bindings and registers its gymnasium environment ``env_spec`` (an
+    environment registered at run time, by a script or a test), if any."""
+    from alf.trainers.config_parser import parse_config
+    parse_config([], [gin_config])
+    if env_spec is not None:
+        import gymnasium as gym
+        gym.registry.setdefault(env_spec.id, env_spec)
+
+
+def report_error(conn, error: BaseException) -> None:
+    """Sends the learner a helper process's ``("error", ...)`` message for
+    ``error`` (see the module's doc); nothing if the learner is gone."""
+    from alf.utils.errors import AlfError, one_line
+    try:
+        _send(conn, ("error", isinstance(error, AlfError),
+                     type(error).__name__, one_line(error),
+                     traceback.format_exc()))
+    except OSError:
+        pass
+
+
+def raise_reported(message, who: str, error_cls) -> NoReturn:
+    """Raises what a helper's ``("error", ...)`` ``message`` reports: its
+    one line as an `AlfError` for a user's mistake, else ``error_cls``
+    naming ``who`` (after logging the helper's traceback)."""
+    from alf.utils.errors import AlfError
+    _, user_error, name, text, tb = message
+    logging.error("%s failed:\n%s", who, tb)
+    if user_error:
+        raise AlfError(text)
+    raise error_cls(f"{who} failed: {name}: {text}")
 
 
 def encode(message) -> bytes:

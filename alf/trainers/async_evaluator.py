@@ -26,14 +26,12 @@ Messages (`actor.encode`d, over the evaluator's pipe):
 
 * learner -> evaluator: ``("eval", env_steps, acting_state)``, ``("stop",)``;
 * evaluator -> learner: ``("ready",)``, ``("result", env_steps, metrics,
-  held_out_metrics or None, seconds)``, ``("error", is_user_error, type
-  name, one-line message, traceback)``.
+  held_out_metrics or None)``, ``("error", is_user_error, type name,
+  one-line message, traceback)``.
 """
 import dataclasses
 import multiprocessing as mp
 import pickle
-import time
-import traceback
 from typing import Any, Dict, List, NamedTuple, NoReturn, Optional
 
 import gin
@@ -41,7 +39,9 @@ import gymnasium as gym
 import torch
 from absl import logging
 
-from alf.trainers.actor import decode, encode
+from alf.trainers.actor import (adopt_config, decode, encode,
+                                raise_reported, report_error)
+from alf.utils import process
 from alf.utils.errors import AlfError
 
 #: Sent instead of a held-out load function that does not pickle (a
@@ -62,14 +62,13 @@ class EvalResult(NamedTuple):
         metrics: the evaluation's averages (as `Evaluator.evaluate`).
         held_out: the held-out evaluation's, or None.
         snapshot: the checkpoint state at ``env_steps`` (for ``best.pt``),
-            or None when no best checkpoint is kept.
-        seconds: how long the evaluator played.
+            or None: the state when ``best.pt`` is written (synchronous
+            evaluation, or no best checkpoint kept).
     """
     env_steps: int
     metrics: Dict[str, float]
     held_out: Optional[Dict[str, float]]
-    snapshot: Optional[dict]
-    seconds: float
+    snapshot: Optional[dict] = None
 
 
 def evaluator_main(conn, gin_config: str, config, env_spec,
@@ -90,10 +89,7 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
     torch.set_num_threads(1)
     evaluators = []
     try:
-        from alf.trainers.config_parser import parse_config
-        parse_config([], [gin_config])
-        if env_spec is not None:
-            gym.registry.setdefault(env_spec.id, env_spec)
+        adopt_config(gin_config, env_spec)
         if held_out_fn == FROM_GIN:
             from alf.trainers.trainer_config import TrainerConfig
             held_out_fn = TrainerConfig().held_out_env_load_fn
@@ -110,23 +106,15 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
             if message[0] == "stop":
                 return
             _, env_steps, state = message
-            start = time.perf_counter()
             algorithm.load_acting_state(state)
             results = [e.evaluate(algorithm) for e in evaluators]
             conn.send_bytes(encode((
                 "result", env_steps, results[0],
-                results[1] if len(results) > 1 else None,
-                time.perf_counter() - start)))
+                results[1] if len(results) > 1 else None)))
     except (EOFError, OSError):
         return  # the learner is gone
     except BaseException as e:  # noqa: BLE001 - reported to the learner
-        from alf.utils.errors import one_line
-        try:
-            conn.send_bytes(encode(("error", isinstance(e, AlfError),
-                                    type(e).__name__, one_line(e),
-                                    traceback.format_exc())))
-        except OSError:
-            pass
+        report_error(conn, e)
     finally:
         for ev in evaluators:
             ev.close()
@@ -178,7 +166,6 @@ class AsyncEvaluator:
         # (env_steps, acting state, snapshot).
         self._running: Optional[tuple] = None
         self._waiting: Optional[tuple] = None
-        self.skipped = 0
 
     def wait_ready(self) -> None:
         """Waits until the evaluator has built its environments and policy
@@ -202,7 +189,6 @@ class AsyncEvaluator:
             self._send(request)
             return
         if self._waiting is not None:
-            self.skipped += 1
             logging.warning(
                 "evaluation at %d env steps skipped: the evaluator was still "
                 "busy (use a larger eval_interval, fewer num_eval_episodes, "
@@ -226,17 +212,15 @@ class AsyncEvaluator:
                 self._raise_dead()
             kind = message[0]
             if kind == "error":
-                _, user_error, name, text, tb = message
-                logging.error("evaluator failed:\n%s", tb)
-                raise (AlfError(text) if user_error else EvaluationError(
-                    f"the evaluator process failed: {name}: {text}"))
+                raise_reported(message, "the evaluator process",
+                               EvaluationError)
             if kind == "ready":
                 self._ready = True
             elif kind == "result":
                 assert self._running is not None
-                _, env_steps, metrics, held_out, seconds = message
+                _, env_steps, metrics, held_out = message
                 done.append(EvalResult(env_steps, metrics, held_out,
-                                       self._running[2], seconds))
+                                       self._running[2]))
                 self._running = None
             if self._running is None and self._waiting is not None and \
                     self._ready:
@@ -276,7 +260,5 @@ class AsyncEvaluator:
 
     def _raise_dead(self) -> NoReturn:
         self._proc.join(timeout=5)
-        code = self._proc.exitcode
-        how = (f"was killed by signal {-code}" if code is not None and
-               code < 0 else f"exited with code {code}")
-        raise EvaluationError(f"the evaluator process {how}")
+        raise EvaluationError("the evaluator process " +
+                              process.describe_exit(self._proc.exitcode))

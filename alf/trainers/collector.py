@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, cast
 import gin
 import gymnasium as gym
 import torch
-from absl import logging
 
 from alf import nest
 from alf.data_structures import Experience
 from alf.environments.batched import BatchedEnvironment
-from alf.trainers.actor import actor_main, decode, encode
+from alf.trainers.actor import (actor_main, decode, encode,
+                                raise_reported)
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
@@ -385,12 +385,9 @@ class AsyncCollector:
                 self._raise_dead(actor)
             message = decode(data)
             if message[0] == "error":
-                _, user_error, name, text, tb = message
-                logging.error("actor %d failed:\n%s", actor, tb)
-                cls = AlfError if user_error else CollectionError
-                raise cls(text if user_error else
-                          f"actor {actor} ({self._describe_actor(actor)}) "
-                          f"failed: {name}: {text}")
+                raise_reported(message, f"actor {actor} "
+                               f"({self._describe_actor(actor)})",
+                               CollectionError)
             return actor, message
 
     def _raise_dead(self, actor: Optional[int] = None):

@@ -20,10 +20,10 @@ from absl import logging
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.environments.batched import check_environment
 from alf.trainers import seeds
-from alf.trainers.checkpointer import free_space
-from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
                                           snapshot)
+from alf.trainers.checkpointer import free_space
+from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import Evaluator, make_evaluator
@@ -315,16 +315,11 @@ class Trainer:
         # All built by `_build` (the evaluator on the chief only).
         assert (self.algorithm is not None and self._evaluator is not None
                 and self._run_state is not None and self._reporter is not None)
-        held_out = None
         with self._reporter.evaluation_time():
             metrics = self._evaluator.evaluate(self.algorithm)
-            self._reporter.record_evaluation("eval", metrics, self.env_steps)
-            self._run_state.keep_best(metrics)
-            if self._held_out is not None:
-                held_out = self._held_out.evaluate(self.algorithm)
-                self._reporter.record_evaluation("eval_held_out", held_out,
-                                                 self.env_steps)
-        self._reporter.log_evaluation(self.env_steps, metrics, held_out)
+            held_out = (None if self._held_out is None else
+                        self._held_out.evaluate(self.algorithm))
+        self._record(EvalResult(self.env_steps, metrics, held_out))
         return metrics
 
     def _evaluate_async(self, due: bool, final: bool) -> Dict[str, float]:
@@ -343,8 +338,9 @@ class Trainer:
         return results[-1].metrics if results else {}
 
     def _record(self, result: EvalResult) -> None:
-        """Records an asynchronous evaluation as `_evaluate` records its
-        own (``best.pt`` from the state that was evaluated)."""
+        """Writes an evaluation (and its held-out one) to the CSV files,
+        TensorBoard and the console, and marks it for ``best.pt`` (from
+        its snapshot, or the current state without one)."""
         assert self._run_state is not None and self._reporter is not None
         steps = result.env_steps
         self._reporter.record_evaluation("eval", result.metrics, steps)

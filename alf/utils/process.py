@@ -6,7 +6,7 @@ Kept free of torch imports: environment worker subprocesses import this.
 import ctypes
 import signal
 import sys
-from typing import List
+from typing import List, Optional
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -35,7 +35,7 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def describe_exit(code: int) -> str:
+def describe_exit(code: Optional[int]) -> str:
     """How a process ended, from its exit code (negative: killed by a
     signal, as `multiprocessing` and `subprocess` report it)."""
     if code is not None and code < 0:

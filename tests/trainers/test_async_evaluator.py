@@ -114,7 +114,8 @@ def test_an_evaluator_that_fails_to_build_stops_the_run_in_one_line(
 
 @pytest.mark.timeout(120)
 def test_a_killed_evaluator_is_named_with_its_signal(tmp_path):
-    with pytest.raises(EvaluationError, match="killed by signal 9"):
+    with pytest.raises(EvaluationError,
+                       match=r"killed by SIGKILL \(exit -9"):
         Trainer(str(tmp_path), config=_config(
             async_eval=True, held_out_env_load_fn=dying)).train()
     assert not mp.active_children()
