@@ -112,11 +112,16 @@ def _signal_all(procs, sig) -> None:
                 pass
 
 
-def _wait_all(procs, seconds: float) -> bool:
+def _wait_all(procs, seconds: float,
+              got: Optional[List[int]] = None) -> bool:
+    """Waits up to ``seconds`` for every process to end (less if ``got``
+    receives a stop signal); returns whether they all did."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         if not any(p.is_alive() for p in procs):
             return True
+        if got and any(g in process.STOP_SIGNALS for g in got):
+            break  # asked again: stop now
         time.sleep(0.05)
     return not any(p.is_alive() for p in procs)
 
@@ -125,14 +130,9 @@ def _stop(procs, grace: float, got: Optional[List[int]] = None) -> List[int]:
     """Waits ``grace`` s (or until ``got`` receives a stop signal), then
     aborts, then kills whatever is still alive; returns the ranks it
     aborted."""
-    deadline = time.time() + grace
-    while time.time() < deadline and any(p.is_alive() for p in procs):
-        if got and any(g in process.STOP_SIGNALS for g in got):
-            break  # asked again: stop now
-        time.sleep(0.05)
-    aborted = [r for r, p in enumerate(procs) if p.is_alive()]
-    if not aborted:
+    if _wait_all(procs, grace, got):
         return []
+    aborted = [r for r, p in enumerate(procs) if p.is_alive()]
     _signal_all(procs, process.ABORT_SIGNAL)
     if not _wait_all(procs, 3.0):
         _signal_all(procs, signal.SIGKILL)
