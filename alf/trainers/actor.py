@@ -264,7 +264,7 @@ class _Actor:
                 self._storage = nest.map_structure(
                     lambda x: torch.zeros((self._T, ) + tuple(x.shape),
                                           dtype=x.dtype), record)
-            # Flattened once: this runs every step (docs/benchmarks.md).
+            # Flattened once: this runs every step.
             self._storage_leaves = nest.flatten(self._storage)
         for store, leaf in zip(self._storage_leaves, leaves):
             store[t].copy_(leaf)
