@@ -76,6 +76,12 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
             f"PPOAlgorithm.log_std_bound={tuple(bound)!r} needs a Gaussian "
             f"policy with a log_std parameter; {type(actor).__name__} has "
             "none (a discrete action space?)")
+    if any(isinstance(m, ActorDistributionNetwork) and
+           m.std_head is not None for m in actor.modules()):
+        raise ConfigError(
+            f"PPOAlgorithm.log_std_bound={tuple(bound)!r} bounds a "
+            "state-independent log std; the policy has "
+            "state_dependent_std=True (use one or the other)")
     return found
 
 

@@ -11,6 +11,9 @@ from alf.networks.distributions import (Categorical, DiagGaussian,
 from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
 from alf.utils.errors import ConfigError
 
+# Where a state-dependent log std is clamped: std from 0.007 to 7.4.
+LOG_STD_RANGE = (-5.0, 2.0)
+
 
 @gin.configurable
 class ActorDistributionNetwork(nn.Module):
@@ -18,9 +21,11 @@ class ActorDistributionNetwork(nn.Module):
 
     Discrete action spaces get a categorical distribution over logits; Box
     action spaces get a diagonal Gaussian whose log standard deviation is a
-    state-independent parameter, squashed onto the box by tanh with
-    ``squash`` (`TanhGaussian`; the environment then clips nothing, and
-    the deterministic action is one the policy takes).
+    state-independent parameter (or, with ``state_dependent_std``, that
+    parameter plus a second head's output, as RLlib's and SAC's actors do),
+    squashed onto the box by tanh with ``squash`` (`TanhGaussian`; the
+    environment then clips nothing, and the deterministic action is one the
+    policy takes).
 
     Args:
         observation_space: a Box space.
@@ -32,6 +37,12 @@ class ActorDistributionNetwork(nn.Module):
             `EncodingNetwork`).
         squash: Box actions: a `TanhGaussian` onto the bounds instead of
             a Gaussian that the environment clips (needs finite bounds).
+        state_dependent_std: Box actions: the log std is ``log_std`` plus a
+            linear head on the features (initialised near zero, so every
+            state starts at ``init_log_std``), clamped to
+            `LOG_STD_RANGE`: the policy can be sure where it must be (next
+            to a car) and explore elsewhere, instead of one noise level for
+            every state.
     """
 
     # Buffers, registered only with ``squash``.
@@ -41,7 +52,8 @@ class ActorDistributionNetwork(nn.Module):
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,
-                 conv_layers: Sequence = (), squash: bool = False):
+                 conv_layers: Sequence = (), squash: bool = False,
+                 state_dependent_std: bool = False):
         super().__init__()
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
                                        activation, conv_layers)
@@ -68,16 +80,25 @@ class ActorDistributionNetwork(nn.Module):
                              "valid: Discrete or Box")
         self.head = orthogonal_init(nn.Linear(self.encoder.output_size, out),
                                     0.01)
+        self.std_head = None
+        if state_dependent_std and not self.discrete:
+            self.std_head = orthogonal_init(
+                nn.Linear(self.encoder.output_size, out), 0.01)
 
     def forward(self, observation: torch.Tensor):
         """Returns the `Categorical` or `DiagGaussian` for a batch."""
-        return self.distribution(self.head(self.encoder(observation)))
+        return self.distribution(self.encoder(observation))
 
-    def distribution(self, out: torch.Tensor):
-        """The distribution given the head's output ``out`` of shape [B, A]."""
+    def distribution(self, features: torch.Tensor):
+        """The distribution given the encoder's ``features`` [B, F]."""
+        out = self.head(features)
         if self.discrete:
             return Categorical(out)
+        log_std = self.log_std
+        if self.std_head is not None:
+            log_std = (log_std + self.std_head(features)).clamp(
+                *LOG_STD_RANGE)
         if self.squash:
-            return TanhGaussian(out, self.log_std, self.action_low,
+            return TanhGaussian(out, log_std, self.action_low,
                                 self.action_high)
-        return DiagGaussian(out, self.log_std)
+        return DiagGaussian(out, log_std)

@@ -25,19 +25,20 @@ class DisjointPolicyValueNetwork(nn.Module):
 
     Args:
         observation_space, action_space, hidden_sizes, activation,
-            init_log_std, conv_layers, squash: as for
+            init_log_std, conv_layers, squash, state_dependent_std: as for
             `ActorDistributionNetwork`.
     """
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,
-                 conv_layers: Sequence = (), squash: bool = False):
+                 conv_layers: Sequence = (), squash: bool = False,
+                 state_dependent_std: bool = False):
         super().__init__()
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
                                               init_log_std, conv_layers,
-                                              squash)
+                                              squash, state_dependent_std)
         self.aux_value_head = orthogonal_init(
             nn.Linear(self.actor.encoder.output_size, 1), 1.0)
 
@@ -48,5 +49,5 @@ class DisjointPolicyValueNetwork(nn.Module):
     def forward_with_aux(self, observation: torch.Tensor) -> Tuple:
         """The action distribution and the auxiliary values [B]."""
         features = self.actor.encoder(observation)
-        dist = self.actor.distribution(self.actor.head(features))
+        dist = self.actor.distribution(features)
         return dist, self.aux_value_head(features).squeeze(-1)

@@ -281,3 +281,16 @@ def test_a_malformed_log_std_bound_is_refused(bound, match):
         _gaussian_ppo(log_std_bound=bound)
     with pytest.raises(ConfigError, match="needs a Gaussian"):
         _ppo(log_std_bound=(0.0, -1.0))
+
+
+def test_log_std_bound_refuses_a_state_dependent_std():
+    """Clamping the log std's bias would not bound a state-dependent std."""
+    import functools
+
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.utils.errors import ConfigError
+    ctor = functools.partial(ActorDistributionNetwork,
+                             state_dependent_std=True)
+    with pytest.raises(ConfigError, match="state_dependent_std=True"):
+        _gaussian_ppo(log_std_bound=(0.0, -1.0), actor_network_ctor=ctor)
+    _gaussian_ppo(actor_network_ctor=ctor)  # without a bound: fine

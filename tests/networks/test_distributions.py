@@ -256,3 +256,51 @@ def test_squashed_actor_acts_inside_bounds_and_refuses_infinite_ones():
         ActorDistributionNetwork(gym.spaces.Box(-1, 1, (3, )),
                                  gym.spaces.Box(-float("inf"), 0.0, (1, )),
                                  squash=True)
+
+
+@pytest.mark.parametrize("squash", [False, True])
+def test_state_dependent_std_starts_at_init_and_learns_per_state(squash):
+    """With ``state_dependent_std`` every state starts at ``init_log_std``;
+    the std head gets gradient, so two states can end with different stds
+    (a state-independent log std cannot: the negative control)."""
+    import gymnasium as gym
+
+    from alf.networks.actor import LOG_STD_RANGE, ActorDistributionNetwork
+    obs_space = gym.spaces.Box(-1, 1, (3, ))
+    act_space = gym.spaces.Box(-1.0, 1.0, (2, ))
+    torch.manual_seed(0)
+    obs = torch.tensor([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])
+    target = torch.tensor([[-3.0, -3.0], [0.5, 0.5]])  # per-state log stds
+    for state_dependent in (True, False):
+        actor = ActorDistributionNetwork(
+            obs_space, act_space, hidden_sizes=(16, ), init_log_std=-1.0,
+            squash=squash, state_dependent_std=state_dependent)
+        gaussian = actor(obs)
+        gaussian = gaussian.gaussian if squash else gaussian
+        assert gaussian.log_std.shape == (2, 2)
+        torch.testing.assert_close(gaussian.log_std,
+                                   torch.full((2, 2), -1.0), atol=0.05,
+                                   rtol=0)
+        opt = torch.optim.Adam(actor.parameters(), lr=0.05)
+        for _ in range(300):
+            g = actor(obs)
+            g = g.gaussian if squash else g
+            loss = (g.log_std - target).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        g = actor(obs)
+        log_std = (g.gaussian if squash else g).log_std.detach()
+        if state_dependent:
+            torch.testing.assert_close(log_std, target, atol=0.1, rtol=0)
+            assert (log_std >= LOG_STD_RANGE[0]).all()
+        else:
+            assert torch.equal(log_std[0], log_std[1])
+    # The clamp: far outside the range, the log std stays inside it.
+    actor = ActorDistributionNetwork(obs_space, act_space, squash=squash,
+                                     state_dependent_std=True)
+    with torch.no_grad():
+        actor.std_head.bias.fill_(100.0)
+    log_std = actor(obs)
+    log_std = (log_std.gaussian if squash else log_std).log_std
+    assert (log_std == LOG_STD_RANGE[1]).all()
