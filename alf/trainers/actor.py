@@ -27,7 +27,7 @@ Messages (`encode`d, over the actor's pipe):
 import pickle
 import time
 import traceback
-from typing import NoReturn, Optional
+from typing import NoReturn, Optional, Tuple
 
 import torch
 from absl import logging
@@ -125,6 +125,28 @@ def encode(message) -> bytes:
 def decode(data: bytes):
     """The message that `encode` turned into ``data``."""
     return nest.map_structure(_from_numpy, pickle.loads(data))
+
+
+def transition(algorithm, obs: torch.Tensor, step, ts,
+               versions: torch.Tensor) -> Tuple[Experience, torch.Tensor]:
+    """One step's stored `Experience` and the next observation to act on.
+
+    Both collectors (lock-step and actors) store through here. Args:
+    ``obs``, the observed (normalised) input of ``step``
+    (``algorithm.rollout_step``'s output); ``ts``, the environments'
+    answer to ``step.output``; ``versions``, the acting policy version of
+    each environment. Where an episode ended, the environment has already
+    reset: the stored next observation is the episode's final one
+    (observed without updating the normaliser), the returned one the new
+    episode's first.
+    """
+    next_obs = algorithm.observe(ts.observation)
+    stored_next = next_obs
+    if ts.final_observation is not None:
+        stored_next = algorithm.observe(ts.final_observation, update=False)
+    return Experience(obs, step.output, ts.reward, ts.terminated,
+                      ts.truncated, stored_next, step.info,
+                      versions), next_obs
 
 
 class _Wire:
@@ -230,18 +252,12 @@ class _Actor:
             ts = env.step(step.output)
             stepping += clock() - since
             stepping_cpu += cpu() - since_cpu
-            next_obs = alg.observe(ts.observation)
-            stored_next = next_obs
-            if ts.final_observation is not None:
-                stored_next = alg.observe(ts.final_observation, update=False)
             if versions[0] != self._version:
                 versions = (self._version, torch.full(
                     (env.num_envs, ), self._version, dtype=torch.int64))
-            record = (Experience(
-                obs, step.output, ts.reward, ts.terminated, ts.truncated,
-                stored_next, step.info, versions[1]),
-                {k: ts.episode_info.get(k, nan) for k in names})
-            self._write(t, record)
+            exp, next_obs = transition(alg, obs, step, ts, versions[1])
+            self._write(t, (exp, {k: ts.episode_info.get(k, nan)
+                                  for k in names}))
             obs, t = next_obs, t + 1
             if t == self._T or (self._cut[0] == unroll and
                                 t >= self._cut[1]):

@@ -52,10 +52,9 @@ import gymnasium as gym
 import torch
 
 from alf import nest
-from alf.data_structures import Experience
 from alf.environments.batched import BatchedEnvironment
 from alf.trainers.actor import (actor_main, decode, encode,
-                                raise_reported)
+                                raise_reported, transition)
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
@@ -111,8 +110,8 @@ class SyncCollector:
     def collect(self) -> Dict[str, torch.Tensor]:
         """Collects one unroll into the algorithm; returns summaries."""
         alg, env, obs = self._alg, self._env, self._obs
-        assert alg is not None and self._episodes is not None, (
-            "start() was not called")
+        assert (alg is not None and self._episodes is not None and
+                obs is not None), "start() was not called"
         alg.policy_version = self._version
         versions = torch.full((env.num_envs, ), self._version,
                               dtype=torch.int64)
@@ -126,16 +125,9 @@ class SyncCollector:
                     break
                 step = alg.rollout_step(obs)
                 ts = env.step(step.output)
-                next_obs = alg.observe(ts.observation)
-                stored_next = next_obs
-                if ts.final_observation is not None:
-                    stored_next = alg.observe(ts.final_observation,
-                                              update=False)
-                alg.store(Experience(obs, step.output, ts.reward,
-                                     ts.terminated, ts.truncated, stored_next,
-                                     step.info, versions))
+                exp, obs = transition(alg, obs, step, ts, versions)
+                alg.store(exp)
                 self._episodes.update(ts.reward, ts.done, ts.episode_info)
-                obs = next_obs
         self._obs = obs
         self.last_preempted = steps < self._unroll_length
         self.last_steps = steps * env.num_envs
