@@ -131,14 +131,17 @@ def transition(algorithm, obs: torch.Tensor, step, ts,
                versions: torch.Tensor) -> Tuple[Experience, torch.Tensor]:
     """One step's stored `Experience` and the next observation to act on.
 
-    Both collectors (lock-step and actors) store through here. Args:
-    ``obs``, the observed (normalised) input of ``step``
-    (``algorithm.rollout_step``'s output); ``ts``, the environments'
-    answer to ``step.output``; ``versions``, the acting policy version of
-    each environment. Where an episode ended, the environment has already
-    reset: the stored next observation is the episode's final one
-    (observed without updating the normaliser), the returned one the new
-    episode's first.
+    Both collectors (lock-step and actors) store through here. Where an
+    episode ended, the environment has already reset: the stored next
+    observation is the episode's final one (observed without updating the
+    normaliser), the returned one the new episode's first.
+
+    Args:
+        algorithm: the acting algorithm (its ``observe``).
+        obs: the observed (normalised) input of ``step``.
+        step: ``algorithm.rollout_step(obs)``.
+        ts: the environments' answer to ``step.output``.
+        versions: the acting policy version of each environment.
     """
     next_obs = algorithm.observe(ts.observation)
     stored_next = next_obs
