@@ -96,10 +96,9 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
         evaluators.append(make_evaluator(config, config.env_load_fn))
         if held_out_fn is not None:
             evaluators.append(make_evaluator(config, held_out_fn))
-        env = evaluators[0].env
         algorithm = config.algorithm_ctor(
-            observation_space=env.observation_space,
-            action_space=env.action_space, config=config)
+            observation_space=evaluators[0].observation_space,
+            action_space=evaluators[0].action_space, config=config)
         conn.send_bytes(encode(("ready", )))
         while True:
             message = decode(conn.recv_bytes())

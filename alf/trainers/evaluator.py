@@ -1,11 +1,13 @@
 """Evaluation episodes and the ``eval.csv`` log."""
+import concurrent.futures
 import csv
 import os
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 
+from alf import nest
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.environments.batched import BatchedEnvironment, check_environment
 from alf.trainers import seeds
@@ -19,39 +21,102 @@ EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 def make_evaluator(cfg, load_fn) -> "Evaluator":
     """An `Evaluator` of ``cfg.num_eval_episodes`` environments made by
     ``load_fn`` (the training environments' or the held-out ones'), for
-    the `TrainerConfig` ``cfg``."""
-    env = check_environment(load_fn(
-        cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
-        asynchronous=cfg.async_env), load_fn)
-    return Evaluator(env, seed=seeds.eval_seed(cfg.seed),
-                     deterministic=cfg.eval_deterministic)
+    the `TrainerConfig` ``cfg``.
+
+    Each environment is loaded on its own (``num_envs=1``), so that one
+    whose episode has ended stops stepping while the others play on. The
+    first is loaded alone (a bad configuration fails once, and a suite
+    that caches what it learns from its first environment fills its cache);
+    the others load concurrently, since a simulator's worker can take
+    seconds to start. They load on the threads that later step them, which
+    live as long as the environments: a worker that dies with its parent
+    (`env_fn.prepare_worker`) is tied to the thread that started it.
+    """
+    def load() -> BatchedEnvironment:
+        return check_environment(load_fn(
+            cfg.env_name, num_envs=1, seed=None, asynchronous=cfg.async_env),
+            load_fn)
+
+    n = cfg.num_eval_episodes
+    pool = concurrent.futures.ThreadPoolExecutor(n)
+    envs: List[BatchedEnvironment] = []
+    futures: List[concurrent.futures.Future] = []
+    try:
+        envs.append(load())
+        futures = [pool.submit(load) for _ in range(n - 1)]
+        concurrent.futures.wait(futures)
+        envs += [f.result() for f in futures]  # the first failure raises
+    except BaseException:
+        _close_all(envs + [f.result() for f in futures
+                           if f.done() and not f.cancelled()
+                           and f.exception() is None])
+        pool.shutdown(cancel_futures=True)
+        raise
+    return Evaluator(envs, seed=seeds.eval_seed(cfg.seed),
+                     deterministic=cfg.eval_deterministic, pool=pool)
+
+
+def _close_all(envs: Sequence[BatchedEnvironment]) -> None:
+    for env in envs:
+        env.close()
 
 
 class Evaluator:
-    """Runs ``num_episodes`` episodes, one per environment, with the policy's
+    """Runs one episode in every environment, with the policy's
     `predict_step` (deterministic) or its `rollout_step` (the sampling policy
     that collects training data).
+
+    The environments come in groups (`BatchedEnvironment`\\ s). A group
+    steps until all of its episodes have ended and then stops: an
+    environment whose episode is over would otherwise go on stepping (and
+    reset, which costs a MetaDrive worker a new scenario) until the longest
+    episode ends. With groups of one environment each (`make_evaluator`),
+    no environment takes a step beyond its episode. The groups still
+    running step concurrently (threads waiting on their workers), and the
+    policy acts for all of them in one batch.
 
     Evaluation never calls a collective, so in distributed training it runs
     on rank 0 alone.
 
     Args:
-        env: a `BatchedEnvironment` with ``num_episodes`` sub-environments.
-        seed: every evaluation resets the environments with this seed, so
+        envs: the groups of environments, or one `BatchedEnvironment`; one
+            episode is played per environment.
+        seed: every evaluation resets the environments with this seed (the
+            ``i``-th environment over all groups with ``seed + i``), so
             all evaluations of a run play the same episode starts (the same
             scenarios in MetaDrive) and differ only by the policy.
+        deterministic: act with `predict_step`; else with `rollout_step`.
+        pool: the threads that step the groups (at least one per group),
+            shut down by `close` after the environments; by default a
+            pool of its own.
     """
 
-    def __init__(self, env: BatchedEnvironment, seed: Optional[int] = None,
-                 deterministic: bool = True):
-        self._env = env
+    def __init__(self, envs: Union[BatchedEnvironment,
+                                   Sequence[BatchedEnvironment]],
+                 seed: Optional[int] = None, deterministic: bool = True,
+                 pool: Optional[concurrent.futures.ThreadPoolExecutor] = None):
+        if isinstance(envs, BatchedEnvironment):
+            envs = [envs]
+        self._envs: List[BatchedEnvironment] = list(envs)
         self._seed = seed
         self._deterministic = deterministic
+        self._pool = pool or concurrent.futures.ThreadPoolExecutor(
+            len(self._envs))
 
     @property
-    def env(self) -> BatchedEnvironment:
-        """The environments evaluation plays in."""
-        return self._env
+    def observation_space(self):
+        """One environment's observation space."""
+        return self._envs[0].observation_space
+
+    @property
+    def action_space(self):
+        """One environment's action space."""
+        return self._envs[0].action_space
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes played by each evaluation (one per environment)."""
+        return sum(env.num_envs for env in self._envs)
 
     def _act(self, algorithm, observation) -> torch.Tensor:
         if self._deterministic:
@@ -72,23 +137,49 @@ class Evaluator:
                 torch.manual_seed(self._seed)
             return self._evaluate(algorithm)
 
+    def _map(self, fn, groups: List[int], args: List) -> List:
+        """``fn(envs[g], arg)`` for each group, concurrently when several."""
+        if len(groups) == 1:
+            return [fn(self._envs[groups[0]], args[0])]
+        return list(self._pool.map(lambda g, a: fn(self._envs[g], a),
+                                   groups, args))
+
     def _evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
-        n = self._env.num_envs
-        ts = self._env.reset(seed=self._seed)
+        sizes = [env.num_envs for env in self._envs]
+        starts = [sum(sizes[:g]) for g in range(len(sizes))]
+        seeds_ = [None if self._seed is None else self._seed + s
+                  for s in starts]
+        groups = list(range(len(self._envs)))
+        timesteps = self._map(lambda env, s: env.reset(seed=s), groups,
+                              seeds_)
+        n = sum(sizes)
         returns = torch.zeros(n)
         lengths = torch.zeros(n)
         metrics = {name: torch.full((n, ), float("nan"))
-                   for name in self._env.episode_info}
+                   for name in self._envs[0].episode_info}
         running = torch.ones(n, dtype=torch.bool)
-        while running.any():
-            obs = algorithm.observe(ts.observation, update=False)
-            ts = self._env.step(self._act(algorithm, obs))
-            returns += ts.reward * running
-            lengths += running
-            ending = running & ts.done
-            for name, value in ts.episode_info.items():
-                metrics[name][ending] = value[ending]
-            running &= ~ts.done
+        while groups:
+            obs = nest.map_structure(lambda *x: torch.cat(x),
+                                     *[ts.observation for ts in timesteps])
+            action = self._act(algorithm, algorithm.observe(obs,
+                                                            update=False))
+            actions = list(action.split([sizes[g] for g in groups]))
+            timesteps = self._map(lambda env, a: env.step(a), groups,
+                                  actions)
+            still = []
+            for g, ts in zip(groups, timesteps):
+                rows = slice(starts[g], starts[g] + sizes[g])
+                live = running[rows].clone()
+                returns[rows] += ts.reward * live
+                lengths[rows] += live
+                ending = live & ts.done
+                for name, value in ts.episode_info.items():
+                    metrics[name][rows][ending] = value[ending]
+                running[rows] = live & ~ts.done
+                if running[rows].any():
+                    still.append(g)
+            timesteps = [ts for g, ts in zip(groups, timesteps) if g in still]
+            groups = still
         out = {"average_return": returns.mean().item(),
                "average_episode_length": lengths.mean().item()}
         for name, value in metrics.items():
@@ -97,7 +188,8 @@ class Evaluator:
 
     def close(self):
         """Closes the evaluation environments."""
-        self._env.close()
+        _close_all(self._envs)
+        self._pool.shutdown()
 
 
 def append_eval_csv(root_dir: str, env_steps: int,

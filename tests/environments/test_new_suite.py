@@ -143,8 +143,8 @@ def test_ppo_learns_a_new_suite_and_reports_its_episode_metric(tmp_path):
     assert evals["average_return"][-1] > 7, evals
     assert evals["at_end"][-1] > 0.7, evals
     assert os.path.exists(os.path.join(root, "ckpt", "best.json"))
-    # Training, evaluation: every environment built was closed.
-    assert len(_built) == 2 and all(env.closed for env in _built)
+    # Training's, and evaluation's one per episode: every one was closed.
+    assert len(_built) == 1 + 8 and all(env.closed for env in _built)
 
 
 @pytest.mark.timeout(120)

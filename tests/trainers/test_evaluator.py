@@ -1,9 +1,20 @@
-"""`set_aside_later_rows`: a run resumed from an older checkpoint keeps
-eval.csv one row per step, in order, and loses no row (issue 11)."""
+"""The evaluator: episodes played without a step beyond their end, and
+`set_aside_later_rows` (a run resumed from an older checkpoint keeps
+eval.csv one row per step, in order, and loses no row, issue 11)."""
 import csv
 import os
+import threading
+import time
 
-from alf.trainers.evaluator import (append_eval_csv, read_eval_csv,
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from alf.data_structures import AlgStep
+from alf.environments import suite_gym
+from alf.trainers.evaluator import (Evaluator, append_eval_csv,
+                                    make_evaluator, read_eval_csv,
                                     set_aside_later_rows)
 
 
@@ -57,3 +68,156 @@ def test_a_row_cut_short_by_a_crash_goes_aside(tmp_path):
     aside = set_aside_later_rows(str(tmp_path), 128)
     assert _rows(aside)[1:] == [["19"]]
     assert read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"] == [64, 128]
+
+
+# ---- playing the episodes ---------------------------------------------
+
+
+class _Counted(gym.Env):
+    """Episodes of ``length`` steps (reward 1 a step, success at the end);
+    counts its steps and resets, and sleeps ``delay`` s a step (a slow
+    simulator, which waits without holding the GIL)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1, ), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length, delay=0.0):
+        self.length, self.delay = length, delay
+        self.steps = self.resets = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.resets = 0, self.resets + 1
+        return np.full(1, self.np_random.uniform(-1, 1), np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.delay)
+        self.t, self.steps = self.t + 1, self.steps + 1
+        done = self.t == self.length
+        return (np.zeros(1, np.float32), 1.0, done, False,
+                {"is_success": True} if done else {})
+
+
+def _group(lengths, delay=0.0):
+    vec = gym.vector.SyncVectorEnv(
+        [lambda n=n: _Counted(n, delay) for n in lengths],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return suite_gym.GymEnvironment(vec, episode_info={
+        "success_rate": "is_success"})
+
+
+def _sub_envs(group):
+    return group._env.envs
+
+
+class _FirstObservation:
+    """Acts 1 and remembers the observations it saw at the first step."""
+
+    def __init__(self):
+        self.first = None
+
+    def observe(self, obs, update=True):
+        return obs
+
+    def predict_step(self, obs):
+        if self.first is None:
+            self.first = obs.clone()
+        return AlgStep(output=torch.ones(obs.shape[0], dtype=torch.int64))
+
+
+def test_an_ended_episode_takes_no_further_step():
+    lengths = [2, 7, 4]
+    groups = [_group([n]) for n in lengths]
+    evaluator = Evaluator(groups, seed=3)
+    out = evaluator.evaluate(_FirstObservation())
+    assert out["average_episode_length"] == pytest.approx(sum(lengths) / 3)
+    assert out["average_return"] == pytest.approx(sum(lengths) / 3)
+    assert out["success_rate"] == 1.0
+    for group, n in zip(groups, lengths):
+        env = _sub_envs(group)[0]
+        # Its reset, and the same-step autoreset of the step that ended it.
+        assert (env.steps, env.resets) == (n, 2)
+    evaluator.close()
+
+
+def test_groups_play_what_one_batch_plays():
+    """The same episode starts (environment i seeded with seed + i) and
+    the same results as one batched environment, which steps every
+    environment until the longest episode ends (the negative control)."""
+    lengths = [2, 7, 4]
+    single = _FirstObservation()
+    out_groups = Evaluator([_group([n]) for n in lengths],
+                           seed=3).evaluate(single)
+    batched_env = _group(lengths)
+    batched = _FirstObservation()
+    out_batched = Evaluator(batched_env, seed=3).evaluate(batched)
+    assert out_groups == out_batched
+    assert torch.equal(single.first, batched.first)
+    assert [e.steps for e in _sub_envs(batched_env)] == [7, 7, 7]
+    assert [e.resets for e in _sub_envs(batched_env)] == [4, 2, 2]
+
+
+def test_slow_groups_step_concurrently():
+    delay, length, n = 0.05, 6, 4
+    evaluator = Evaluator([_group([length], delay) for _ in range(n)])
+    start = time.perf_counter()
+    evaluator.evaluate(_FirstObservation())
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.5 * n * length * delay, elapsed  # serial: 1.2 s
+    evaluator.close()
+
+
+class _Config:
+    env_name, async_env, seed, eval_deterministic = "X", False, 0, True
+    num_eval_episodes = 4
+
+
+def test_make_evaluator_closes_what_it_built_when_a_load_fails():
+    built, lock = [], threading.Lock()
+
+    def load_fn(env_name, num_envs, seed, asynchronous):
+        with lock:
+            if len(built) == 2:
+                built.append(None)
+                raise RuntimeError("no simulator for you")
+            group = _group([3])
+            group.closed = False
+            group.close = lambda g=group: setattr(g, "closed", True)
+            built.append(group)
+            return group
+
+    with pytest.raises(RuntimeError, match="no simulator"):
+        make_evaluator(_Config(), load_fn)
+    groups = [g for g in built if g is not None]
+    assert len(groups) == 3 and all(g.closed for g in groups)
+
+
+def test_make_evaluator_loads_one_environment_each():
+    calls = []
+
+    def load_fn(env_name, num_envs, seed, asynchronous):
+        calls.append(num_envs)
+        return _group([3] * num_envs)
+
+    evaluator = make_evaluator(_Config(), load_fn)
+    assert calls == [1, 1, 1, 1] and evaluator.num_episodes == 4
+    assert evaluator.evaluate(_FirstObservation())[
+        "average_episode_length"] == 3
+    evaluator.close()
+
+
+@pytest.mark.timeout(120)
+def test_environments_in_subprocesses_outlive_the_build():
+    """Workers die with the thread that started them (PR_SET_PDEATHSIG):
+    the threads that loaded them must live as long as they do."""
+    class Config(_Config):
+        env_name, async_env, num_eval_episodes = "CartPole-v1", True, 3
+
+    evaluator = make_evaluator(Config(), suite_gym.load)
+    try:
+        time.sleep(0.5)  # time for a worker orphaned by its thread to die
+        for _ in range(2):
+            out = evaluator.evaluate(_FirstObservation())
+            assert out["average_episode_length"] > 0
+    finally:
+        evaluator.close()
