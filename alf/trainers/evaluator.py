@@ -57,8 +57,15 @@ def make_evaluator(cfg, load_fn) -> "Evaluator":
 
 
 def _close_all(envs: Sequence[BatchedEnvironment]) -> None:
+    """Closes every one of ``envs``, then raises the first failure."""
+    failure: Optional[BaseException] = None
     for env in envs:
-        env.close()
+        try:
+            env.close()
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            failure = failure or e
+    if failure is not None:
+        raise failure
 
 
 class Evaluator:
@@ -188,8 +195,10 @@ class Evaluator:
 
     def close(self):
         """Closes the evaluation environments."""
-        _close_all(self._envs)
-        self._pool.shutdown()
+        try:
+            _close_all(self._envs)
+        finally:
+            self._pool.shutdown()
 
 
 def append_eval_csv(root_dir: str, env_steps: int,

@@ -221,3 +221,19 @@ def test_environments_in_subprocesses_outlive_the_build():
             assert out["average_episode_length"] > 0
     finally:
         evaluator.close()
+
+
+def test_close_closes_every_group_even_when_one_fails():
+    groups = [_group([2]) for _ in range(3)]
+    closed = []
+
+    def failing():
+        closed.append(0)
+        raise OSError("worker gone")
+
+    groups[0].close = failing
+    for i in (1, 2):
+        groups[i].close = lambda i=i: closed.append(i)
+    with pytest.raises(OSError, match="worker gone"):
+        Evaluator(groups).close()
+    assert closed == [0, 1, 2]
