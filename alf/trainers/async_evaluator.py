@@ -84,7 +84,7 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
         held_out_fn: the held-out load function, `FROM_GIN`, or None.
     """
     from alf.environments import env_fn
-    from alf.trainers.evaluator import make_evaluator
+    from alf.trainers.evaluator import evaluate_together, make_evaluator
     env_fn.prepare_worker()
     torch.set_num_threads(1)
     evaluators = []
@@ -106,7 +106,7 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
                 return
             _, env_steps, state = message
             algorithm.load_acting_state(state)
-            results = [e.evaluate(algorithm) for e in evaluators]
+            results = evaluate_together(evaluators, algorithm)
             conn.send_bytes(encode((
                 "result", env_steps, results[0],
                 results[1] if len(results) > 1 else None)))

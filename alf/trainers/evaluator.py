@@ -3,7 +3,7 @@ import concurrent.futures
 import csv
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -125,72 +125,27 @@ class Evaluator:
         """Episodes played by each evaluation (one per environment)."""
         return sum(env.num_envs for env in self._envs)
 
-    def _act(self, algorithm, observation) -> torch.Tensor:
-        if self._deterministic:
-            return algorithm.predict_step(observation).output
-        return algorithm.rollout_step(observation).output
+    @property
+    def deterministic(self) -> bool:
+        """Whether it acts with `predict_step` (else `rollout_step`)."""
+        return self._deterministic
 
-    @torch.inference_mode()
     def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
         """Plays one episode in each environment; returns the averages.
 
         A sampling policy draws from its own RNG stream (seeded by ``seed``),
         so evaluations are reproducible and leave training's RNG alone.
         """
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available(
-        ) and torch.cuda.is_initialized() else []
-        with torch.random.fork_rng(devices=devices):
-            if self._seed is not None:
-                torch.manual_seed(self._seed)
-            return self._evaluate(algorithm)
+        return evaluate_together([self], algorithm)[0]
 
-    def _map(self, fn, groups: List[int], args: List) -> List:
-        """``fn(envs[g], arg)`` for each group, concurrently when several."""
-        if len(groups) == 1:
-            return [fn(self._envs[groups[0]], args[0])]
-        return list(self._pool.map(lambda g, a: fn(self._envs[g], a),
-                                   groups, args))
-
-    def _evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
-        sizes = [env.num_envs for env in self._envs]
-        starts = [sum(sizes[:g]) for g in range(len(sizes))]
-        seeds_ = [None if self._seed is None else self._seed + s
-                  for s in starts]
-        groups = list(range(len(self._envs)))
-        timesteps = self._map(lambda env, s: env.reset(seed=s), groups,
-                              seeds_)
-        n = sum(sizes)
-        returns = torch.zeros(n)
-        lengths = torch.zeros(n)
-        metrics = {name: torch.full((n, ), float("nan"))
-                   for name in self._envs[0].episode_info}
-        running = torch.ones(n, dtype=torch.bool)
-        while groups:
-            obs = nest.map_structure(lambda *x: torch.cat(x),
-                                     *[ts.observation for ts in timesteps])
-            action = self._act(algorithm, algorithm.observe(obs,
-                                                            update=False))
-            actions = list(action.split([sizes[g] for g in groups]))
-            timesteps = self._map(lambda env, a: env.step(a), groups,
-                                  actions)
-            still = []
-            for g, ts in zip(groups, timesteps):
-                rows = slice(starts[g], starts[g] + sizes[g])
-                live = running[rows].clone()
-                returns[rows] += ts.reward * live
-                lengths[rows] += live
-                ending = live & ts.done
-                for name, value in ts.episode_info.items():
-                    metrics[name][rows][ending] = value[ending]
-                running[rows] = live & ~ts.done
-                if running[rows].any():
-                    still.append(g)
-            timesteps = [ts for g, ts in zip(groups, timesteps) if g in still]
-            groups = still
-        out = {"average_return": returns.mean().item(),
-               "average_episode_length": lengths.mean().item()}
-        for name, value in metrics.items():
-            out[name] = value.nanmean().item()
+    def _starts(self) -> List[Tuple[BatchedEnvironment, Optional[int],
+                                    concurrent.futures.ThreadPoolExecutor]]:
+        """(group, its reset seed, the threads that step it) per group."""
+        out, first = [], 0
+        for env in self._envs:
+            seed = None if self._seed is None else self._seed + first
+            out.append((env, seed, self._pool))
+            first += env.num_envs
         return out
 
     def close(self):
@@ -199,6 +154,95 @@ class Evaluator:
             _close_all(self._envs)
         finally:
             self._pool.shutdown()
+
+
+@torch.inference_mode()
+def evaluate_together(evaluators: Sequence[Evaluator],
+                      algorithm: RLAlgorithm) -> List[Dict[str, float]]:
+    """Plays the episodes of several evaluators (a run's training and
+    held-out ones) at the same time; returns each one's averages.
+
+    Each environment starts from the seed its own evaluator gives it, and
+    the policy acts for every environment still playing in one batch, so
+    one evaluator's last, long episodes overlap the other's instead of
+    leaving cores idle. A sampling policy draws from one RNG stream seeded
+    by the first evaluator's seed: reproducible, and training's RNG is left
+    alone.
+
+    Raises:
+        ValueError: the evaluators disagree on ``deterministic``.
+    """
+    if len({e.deterministic for e in evaluators}) > 1:
+        raise ValueError("evaluate_together needs evaluators that all act "
+                         "deterministically or all sample")
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available(
+    ) and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        seed = evaluators[0]._seed
+        if seed is not None:
+            torch.manual_seed(seed)
+        starts = [e._starts() for e in evaluators]
+        returns, lengths, metrics = _play(
+            [g for groups in starts for g in groups], algorithm,
+            evaluators[0].deterministic)
+    out, first = [], 0
+    for groups in starts:
+        n = sum(env.num_envs for env, _, _ in groups)
+        rows = slice(first, first + n)
+        first += n
+        result = {"average_return": returns[rows].mean().item(),
+                  "average_episode_length": lengths[rows].mean().item()}
+        for name in groups[0][0].episode_info:
+            result[name] = metrics[name][rows].nanmean().item()
+        out.append(result)
+    return out
+
+
+def _play(groups, algorithm, deterministic: bool):
+    """One episode in every environment of ``groups`` ((group, seed,
+    threads) triples); returns per-environment returns and lengths, and
+    metric name -> per-environment value (NaN where not reported)."""
+    sizes = [env.num_envs for env, _, _ in groups]
+    starts = [sum(sizes[:g]) for g in range(len(sizes))]
+    n = sum(sizes)
+    returns, lengths = torch.zeros(n), torch.zeros(n)
+    names = {name for env, _, _ in groups for name in env.episode_info}
+    metrics = {name: torch.full((n, ), float("nan")) for name in names}
+    running = torch.ones(n, dtype=torch.bool)
+
+    def each(fn, playing, args):
+        if len(playing) == 1:
+            return [fn(groups[playing[0]][0], args[0])]
+        futures = [groups[g][2].submit(fn, groups[g][0], a)
+                   for g, a in zip(playing, args)]
+        return [f.result() for f in futures]
+
+    playing = list(range(len(groups)))
+    timesteps = each(lambda env, s: env.reset(seed=s), playing,
+                     [seed for _, seed, _ in groups])
+    while playing:
+        obs = algorithm.observe(nest.map_structure(
+            lambda *x: torch.cat(x), *[ts.observation for ts in timesteps]),
+            update=False)
+        action = (algorithm.predict_step(obs) if deterministic else
+                  algorithm.rollout_step(obs)).output
+        timesteps = each(lambda env, a: env.step(a), playing,
+                         list(action.split([sizes[g] for g in playing])))
+        still = []
+        for g, ts in zip(playing, timesteps):
+            rows = slice(starts[g], starts[g] + sizes[g])
+            live = running[rows].clone()
+            returns[rows] += ts.reward * live
+            lengths[rows] += live
+            ending = live & ts.done
+            for name, value in ts.episode_info.items():
+                metrics[name][rows][ending] = value[ending]
+            running[rows] = live & ~ts.done
+            if running[rows].any():
+                still.append(g)
+        timesteps = [ts for g, ts in zip(playing, timesteps) if g in still]
+        playing = still
+    return returns, lengths, metrics
 
 
 def append_eval_csv(root_dir: str, env_steps: int,

@@ -26,7 +26,8 @@ from alf.trainers.checkpointer import free_space
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
-from alf.trainers.evaluator import Evaluator, make_evaluator
+from alf.trainers.evaluator import (Evaluator, evaluate_together,
+                                    make_evaluator)
 from alf.trainers.preemption import Preemption, make_preemption
 from alf.trainers.reporting import Reporter
 from alf.trainers.run_state import RunState
@@ -315,10 +316,12 @@ class Trainer:
         # All built by `_build` (the evaluator on the chief only).
         assert (self.algorithm is not None and self._evaluator is not None
                 and self._run_state is not None and self._reporter is not None)
+        evaluators = [self._evaluator] + (
+            [] if self._held_out is None else [self._held_out])
         with self._reporter.evaluation_time():
-            metrics = self._evaluator.evaluate(self.algorithm)
-            held_out = (None if self._held_out is None else
-                        self._held_out.evaluate(self.algorithm))
+            results = evaluate_together(evaluators, self.algorithm)
+        metrics = results[0]
+        held_out = results[1] if len(results) > 1 else None
         self._record(EvalResult(self.env_steps, metrics, held_out))
         return metrics
 

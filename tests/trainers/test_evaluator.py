@@ -14,8 +14,8 @@ import torch
 from alf.data_structures import AlgStep
 from alf.environments import suite_gym
 from alf.trainers.evaluator import (Evaluator, append_eval_csv,
-                                    make_evaluator, read_eval_csv,
-                                    set_aside_later_rows)
+                                    evaluate_together, make_evaluator,
+                                    read_eval_csv, set_aside_later_rows)
 
 
 def _rows(path):
@@ -237,3 +237,52 @@ def test_close_closes_every_group_even_when_one_fails():
     with pytest.raises(OSError, match="worker gone"):
         Evaluator(groups).close()
     assert closed == [0, 1, 2]
+
+
+# ---- training and held-out evaluations together ----------------------
+
+
+def test_together_each_evaluator_gets_what_it_gets_alone():
+    def pair():
+        return (Evaluator([_group([n]) for n in (2, 5)], seed=3),
+                Evaluator([_group([n]) for n in (4, 1, 6)], seed=11))
+
+    alone = [e.evaluate(_FirstObservation()) for e in pair()]
+    policy = _FirstObservation()
+    train, held_out = pair()
+    together = evaluate_together([train, held_out], policy)
+    assert together == alone
+    # Held-out environments start from their own evaluator's seeds.
+    by_itself = _FirstObservation()
+    Evaluator([_group([n]) for n in (4, 1, 6)], seed=11).evaluate(by_itself)
+    assert torch.equal(policy.first[2:], by_itself.first)
+    assert together[0]["average_episode_length"] == pytest.approx(3.5)
+    assert together[1]["average_episode_length"] == pytest.approx(11 / 3)
+
+
+def test_together_overlaps_the_evaluators():
+    delay, n = 0.05, 6
+    evaluators = [Evaluator([_group([n], delay)]) for _ in range(2)]
+    start = time.perf_counter()
+    evaluate_together(evaluators, _FirstObservation())
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.75 * 2 * n * delay, elapsed  # one after the other
+    for e in evaluators:
+        e.close()
+
+
+def test_together_keeps_each_suites_metrics_apart():
+    plain = Evaluator(suite_gym.GymEnvironment(gym.vector.SyncVectorEnv(
+        [lambda: _Counted(2)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)))
+    train, held_out = evaluate_together([Evaluator([_group([3])]), plain],
+                                        _FirstObservation())
+    assert train["success_rate"] == 1.0
+    assert "success_rate" not in held_out
+
+
+def test_together_refuses_a_mix_of_deterministic_and_sampling():
+    with pytest.raises(ValueError, match="deterministic"):
+        evaluate_together([Evaluator([_group([2])]),
+                           Evaluator([_group([2])], deterministic=False)],
+                          _FirstObservation())
