@@ -1,4 +1,5 @@
-"""Actor networks producing action distributions (categorical or Gaussian)."""
+"""Actor networks producing action distributions (categorical, Gaussian or
+Beta)."""
 from typing import Sequence
 
 import gin
@@ -6,7 +7,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from alf.networks.distributions import (Categorical, DiagGaussian,
+from alf.networks.distributions import (Beta, Categorical, DiagGaussian,
                                         TanhGaussian)
 from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
 from alf.utils.errors import ConfigError
@@ -25,7 +26,9 @@ class ActorDistributionNetwork(nn.Module):
     parameter plus a second head's output, as RLlib's and SAC's actors do),
     squashed onto the box by tanh with ``squash`` (`TanhGaussian`; the
     environment then clips nothing, and the deterministic action is one the
-    policy takes).
+    policy takes). With ``beta``, Box actions get a `Beta` per dimension on
+    the box instead, both concentrations from the head (``1 + softplus``,
+    so each is unimodal), the deterministic action its mean.
 
     Args:
         observation_space: a Box space.
@@ -43,9 +46,13 @@ class ActorDistributionNetwork(nn.Module):
             `LOG_STD_RANGE`: the policy can be sure where it must be (next
             to a car) and explore elsewhere, instead of one noise level for
             every state.
+        beta: Box actions: a `Beta` on the bounds (needs finite bounds;
+            ``init_log_std`` and ``state_dependent_std`` do not apply: its
+            spread is always per state). The head starts near zero, so every
+            state starts at ``Beta(1.69, 1.69)``: std 0.24 of the width.
     """
 
-    # Buffers, registered only with ``squash``.
+    # Buffers, registered only with ``squash`` or ``beta``.
     action_low: torch.Tensor
     action_high: torch.Tensor
 
@@ -53,24 +60,35 @@ class ActorDistributionNetwork(nn.Module):
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
-                 state_dependent_std: bool = False):
+                 state_dependent_std: bool = False, beta: bool = False):
         super().__init__()
+        if beta and (squash or state_dependent_std):
+            raise ConfigError(
+                "ActorDistributionNetwork.beta=True is a distribution of its "
+                "own, with a spread per state; it takes neither squash=True "
+                "nor state_dependent_std=True")
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
                                        activation, conv_layers)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.squash = squash and not self.discrete
+        self.beta = beta and not self.discrete
+        head_size = None
         if self.discrete:
             out = int(action_space.n)
         elif isinstance(action_space, gym.spaces.Box):
             out = flat_size(action_space)
-            self.log_std = nn.Parameter(torch.full((out,), init_log_std))
-            if squash:
+            if self.beta:
+                head_size = 2 * out  # alpha's and beta's
+            else:
+                self.log_std = nn.Parameter(torch.full((out,), init_log_std))
+            if squash or beta:
                 low = torch.as_tensor(action_space.low, dtype=torch.float32)
                 high = torch.as_tensor(action_space.high, dtype=torch.float32)
                 if not (torch.isfinite(low).all() and
                         torch.isfinite(high).all()):
+                    which = "beta" if beta else "squash"
                     raise ConfigError(
-                        "ActorDistributionNetwork.squash=True needs finite "
+                        f"ActorDistributionNetwork.{which}=True needs finite "
                         f"action bounds; got {action_space}")
                 # Constants of the space: in the state dict only when used.
                 self.register_buffer("action_low", low.flatten())
@@ -78,15 +96,16 @@ class ActorDistributionNetwork(nn.Module):
         else:
             raise ValueError(f"unsupported action space {action_space}; "
                              "valid: Discrete or Box")
-        self.head = orthogonal_init(nn.Linear(self.encoder.output_size, out),
-                                    0.01)
+        self.head = orthogonal_init(
+            nn.Linear(self.encoder.output_size, head_size or out), 0.01)
         self.std_head = None
         if state_dependent_std and not self.discrete:
             self.std_head = orthogonal_init(
                 nn.Linear(self.encoder.output_size, out), 0.01)
 
     def forward(self, observation: torch.Tensor):
-        """Returns the `Categorical` or `DiagGaussian` for a batch."""
+        """Returns the `Categorical`, `DiagGaussian`, `TanhGaussian` or
+        `Beta` for a batch."""
         return self.distribution(self.encoder(observation))
 
     def distribution(self, features: torch.Tensor):
@@ -94,6 +113,9 @@ class ActorDistributionNetwork(nn.Module):
         out = self.head(features)
         if self.discrete:
             return Categorical(out)
+        if self.beta:
+            alpha, beta = (1 + nn.functional.softplus(out)).chunk(2, -1)
+            return Beta(alpha, beta, self.action_low, self.action_high)
         log_std = self.log_std
         if self.std_head is not None:
             log_std = (log_std + self.std_head(features)).clamp(

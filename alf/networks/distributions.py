@@ -1,9 +1,9 @@
 """Lightweight action distributions for the policy hot path.
 
 `torch.distributions` builds broadcasting and validation machinery on every
-construction; these two classes do only the arithmetic PPO-style algorithms
-need (sample, log_prob, entropy, mode), which makes a policy update about 20%
-cheaper on small networks. Tests check them against `torch.distributions`.
+construction; these classes do only the arithmetic PPO-style algorithms
+need (sample, log_prob, entropy, mode, kl), which makes a policy update about
+20% cheaper on small networks. Tests check them against `torch.distributions`.
 """
 import math
 
@@ -157,3 +157,78 @@ class TanhGaussian:
     def kl(self, other: "TanhGaussian") -> torch.Tensor:
         """KL(self || other), shape [B] (that of the Gaussians)."""
         return self.gaussian.kl(other.gaussian)
+
+
+class Beta:
+    """Beta distributions, one per action dimension, scaled onto the box
+    [low, high]: ``low + (high - low) x`` with ``x ~ Beta(alpha, beta)``.
+
+    The density lives on the box, so nothing is clipped and no probability
+    piles up at a bound: a clipped Gaussian's gradient keeps pushing a mean
+    that already sits beyond a bound (every sample past it acts the same),
+    and its deterministic action is then that bound; a Beta's mean stays
+    inside and is the policy's average action (Chou et al., 2017, "Improving
+    Stochastic Policy Gradients in Continuous Control with Deep
+    Reinforcement Learning using the Beta Distribution").
+
+    ``mode`` returns the mean (the deterministic action): with ``alpha,
+    beta >= 1`` (what `ActorDistributionNetwork` builds) the Beta is
+    unimodal, and its mean is the action the sampling policy takes on
+    average. ``log_prob`` counts actions closer to a bound than ``1e-6`` of
+    the width as that close (a float32 sample can round onto a bound).
+
+    Args:
+        alpha, beta: concentrations, [B, A], positive.
+        low, high: the bounds, [A] or [B, A].
+    """
+
+    _EDGE = 1e-6
+
+    def __init__(self, alpha: torch.Tensor, beta: torch.Tensor,
+                 low: torch.Tensor, high: torch.Tensor):
+        self.alpha, self.beta = alpha, beta
+        self.low, self.high = low, high
+        self._width = high - low
+
+    def sample(self) -> torch.Tensor:
+        """Actions of shape [B, A], inside the bounds."""
+        x = torch.distributions.Beta(self.alpha, self.beta,
+                                     validate_args=False).sample()
+        return self.low + self._width * x
+
+    def _log_norm(self) -> torch.Tensor:
+        # log B(alpha, beta), per dimension.
+        return (torch.lgamma(self.alpha) + torch.lgamma(self.beta) -
+                torch.lgamma(self.alpha + self.beta))
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """log p(action), shape [B]."""
+        x = ((action - self.low) / self._width).clamp(self._EDGE,
+                                                       1 - self._EDGE)
+        return ((self.alpha - 1) * x.log() + (self.beta - 1) * (-x).log1p()
+                - self._log_norm() - self._width.log()).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        """Entropy (of the scaled distribution), shape [B]."""
+        a, b = self.alpha, self.beta
+        return (self._log_norm() - (a - 1) * torch.digamma(a) -
+                (b - 1) * torch.digamma(b) +
+                (a + b - 2) * torch.digamma(a + b) +
+                self._width.log()).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        """The deterministic action: the mean, [B, A]."""
+        return self.low + self._width * self.alpha / (self.alpha + self.beta)
+
+    def params(self) -> tuple:
+        """Tensors that rebuild this distribution: ``Beta(*params)`` (all
+        [B, A], so that a minibatch can index them)."""
+        return (self.alpha, self.beta, self.low.expand_as(self.alpha),
+                self.high.expand_as(self.alpha))
+
+    def kl(self, other: "Beta") -> torch.Tensor:
+        """KL(self || other), shape [B] (the scaling cancels)."""
+        a1, b1, a2, b2 = self.alpha, self.beta, other.alpha, other.beta
+        return (other._log_norm() - self._log_norm() +
+                (a1 - a2) * torch.digamma(a1) + (b1 - b2) * torch.digamma(b1)
+                + (a2 - a1 + b2 - b1) * torch.digamma(a1 + b1)).sum(-1)

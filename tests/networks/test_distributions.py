@@ -304,3 +304,88 @@ def test_state_dependent_std_starts_at_init_and_learns_per_state(squash):
     log_std = actor(obs)
     log_std = (log_std.gaussian if squash else log_std).log_std
     assert (log_std == LOG_STD_RANGE[1]).all()
+
+
+# ---- Beta on the box --------------------------------------------------------
+def _beta_case():
+    from alf.networks.distributions import Beta
+    torch.manual_seed(2)
+    alpha = 1 + torch.rand(64, 2) * 4
+    beta = 1 + torch.rand(64, 2) * 4
+    low, high = torch.tensor([-1.0, 0.0]), torch.tensor([1.0, 4.0])
+    return Beta(alpha, beta, low, high), alpha, beta, low, high
+
+
+def test_beta_matches_torch_on_the_box():
+    mine, alpha, beta, low, high = _beta_case()
+    width = high - low
+    ref = td.Independent(td.Beta(alpha, beta), 1)
+    action = mine.sample()
+    assert ((action >= low) & (action <= high)).all()
+    x = (action - low) / width
+    torch.testing.assert_close(mine.log_prob(action),
+                               ref.log_prob(x) - width.log().sum(),
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mine.entropy(),
+                               ref.entropy() + width.log().sum(),
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mine.mode(), low + width * alpha /
+                               (alpha + beta))
+    from alf.networks.distributions import Beta
+    other = Beta(alpha.flip(0), beta + 0.5, low, high)
+    torch.testing.assert_close(
+        mine.kl(other), td.kl_divergence(
+            ref, td.Independent(td.Beta(alpha.flip(0), beta + 0.5), 1)),
+        rtol=1e-4, atol=1e-4)
+    # Rebuilt from its params (also after indexing rows, as a minibatch).
+    rows = torch.tensor([3, 7])
+    again = Beta(*[p[rows] for p in mine.params()])
+    torch.testing.assert_close(again.log_prob(action[rows]),
+                               mine.log_prob(action)[rows])
+
+
+def test_beta_samples_have_its_mean_and_bounds_have_finite_log_prob():
+    mine, alpha, beta, low, high = _beta_case()
+    samples = torch.stack([mine.sample() for _ in range(4000)])
+    torch.testing.assert_close(samples.mean(0), mine.mode(), atol=0.06,
+                               rtol=0)
+    # A float32 sample can land on a bound: its log-prob stays finite.
+    assert torch.isfinite(mine.log_prob(low.expand(64, 2))).all()
+    assert torch.isfinite(mine.log_prob(high.expand(64, 2))).all()
+
+
+def test_beta_actor_is_unimodal_inside_the_bounds_and_refuses_misuse():
+    import gymnasium as gym
+
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.networks.distributions import Beta
+    from alf.utils.errors import ConfigError
+    obs_space = gym.spaces.Box(-1, 1, (3, ))
+    space = gym.spaces.Box(-2.0, 2.0, (2, ))
+    actor = ActorDistributionNetwork(obs_space, space, beta=True)
+    assert not hasattr(actor, "log_std")  # no parameter without gradient
+    dist = actor(torch.randn(16, 3))
+    assert isinstance(dist, Beta)
+    assert (dist.alpha > 1).all() and (dist.beta > 1).all()
+    assert (dist.sample().abs() <= 2).all() and dist.mode().shape == (16, 2)
+    # Starts centred: the head is initialised near zero.
+    torch.testing.assert_close(dist.mode(), torch.zeros(16, 2), atol=0.05,
+                               rtol=0)
+    # Its mean can learn to sit next to a bound (a clipped Gaussian's
+    # would pass it).
+    opt = torch.optim.Adam(actor.parameters(), lr=0.05)
+    obs = torch.randn(16, 3)
+    for _ in range(200):
+        loss = (actor(obs).mode() - 1.9).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    mean = actor(obs).mode().detach()
+    assert (mean > 1.8).all() and (mean < 2.0).all()
+    with pytest.raises(ConfigError, match="beta=True needs finite"):
+        ActorDistributionNetwork(obs_space,
+                                 gym.spaces.Box(-float("inf"), 0.0, (1, )),
+                                 beta=True)
+    for bad in (dict(squash=True), dict(state_dependent_std=True)):
+        with pytest.raises(ConfigError, match="beta=True is a distribution"):
+            ActorDistributionNetwork(obs_space, space, beta=True, **bad)
