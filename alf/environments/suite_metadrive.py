@@ -185,7 +185,14 @@ def load(env_name: str = "MetaDrive",
         config["resolution_size"] = topdown_resolution
     config.update(env_config or {})
     # An actor of asynchronous collection runs its one engine in-process.
-    in_process = in_environment_process() and num_envs == 1
+    in_process = in_environment_process()
+    if in_process and num_envs > 1:
+        # An actor is a daemonic process: it may not start the workers
+        # that more engines would need.
+        raise AlfError(
+            f"an actor of asynchronous collection holds one MetaDrive "
+            f"environment (one engine per process), not {num_envs}; set "
+            f"TrainerConfig.envs_per_actor=1")
     env_fn = MetaDriveEnvFn(env_class, config, info_keys=_INFO_KEYS,
                             in_process=in_process, render=render,
                             observe_previous_action=observe_previous_action)

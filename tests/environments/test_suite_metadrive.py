@@ -246,6 +246,18 @@ def test_bad_arguments():
                              observe_previous_action=False)
 
 
+def test_an_actor_with_more_than_one_environment_names_the_setting(
+        monkeypatch):
+    """An actor process (daemonic) cannot start engine workers: more
+    than one environment there is refused with the setting to change,
+    not a multiprocessing error from deep inside the loader."""
+    from alf.environments import env_fn
+    monkeypatch.setattr(env_fn, "_environment_process", True)
+    with pytest.raises(AlfError, match="not 2; set "
+                       "TrainerConfig.envs_per_actor=1"):
+        suite_metadrive.load(num_envs=2)
+
+
 @pytest.mark.skipif(
     os.path.exists(os.path.join(METADRIVE.submodule_search_locations[0],
                                 "assets", "version.txt")),
