@@ -192,9 +192,12 @@ class Beta:
 
     def sample(self) -> torch.Tensor:
         """Actions of shape [B, A], inside the bounds."""
-        x = torch.distributions.Beta(self.alpha, self.beta,
-                                     validate_args=False).sample()
-        return self.low + self._width * x
+        # Two gamma draws, as torch.distributions.Beta does through its
+        # Dirichlet, whose machinery costs 5x these draws on an actor's
+        # batch of one.
+        g_alpha = torch._standard_gamma(self.alpha)
+        g_beta = torch._standard_gamma(self.beta)
+        return self.low + self._width * g_alpha / (g_alpha + g_beta)
 
     def _log_norm(self) -> torch.Tensor:
         # log B(alpha, beta), per dimension.

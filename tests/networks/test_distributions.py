@@ -349,6 +349,9 @@ def test_beta_samples_have_its_mean_and_bounds_have_finite_log_prob():
     samples = torch.stack([mine.sample() for _ in range(4000)])
     torch.testing.assert_close(samples.mean(0), mine.mode(), atol=0.06,
                                rtol=0)
+    ab = alpha + beta
+    std = (high - low) * (alpha * beta / (ab * ab * (ab + 1))).sqrt()
+    torch.testing.assert_close(samples.std(0), std, atol=0.0, rtol=0.08)
     # A float32 sample can land on a bound: its log-prob stays finite.
     assert torch.isfinite(mine.log_prob(low.expand(64, 2))).all()
     assert torch.isfinite(mine.log_prob(high.expand(64, 2))).all()
