@@ -264,3 +264,41 @@ def test_the_log_std_bound_holds_after_the_auxiliary_phase(monkeypatch):
     stats = alg.train_iter(0.5)
     assert "aux/kl" in stats
     assert log_std.tolist() == [-0.5, -0.5]
+
+
+def test_a_beta_policy_goes_through_both_phases():
+    """A Beta policy's parameters rebuild it for the clone term (zero KL
+    against itself) and a policy and an auxiliary phase move it."""
+    import functools
+
+    from alf.networks.distributions import Beta
+    from alf.networks.policy_value import DisjointPolicyValueNetwork
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, minibatch_size=T * B, num_epochs=2)
+    torch.manual_seed(0)
+    alg = PPGAlgorithm(OBS_SPACE, gym.spaces.Box(-1, 1, (2, )), cfg,
+                       actor_network_ctor=functools.partial(
+                           DisjointPolicyValueNetwork, beta=True),
+                       aux_interval=1, aux_epochs=1,
+                       aux_minibatch_size=T * B)
+    obs = torch.randn(6, OBS)
+    with torch.no_grad():
+        dist = alg.actor(obs)
+        old = dist.params()
+    assert isinstance(dist, Beta)
+    loss = alg.aux_minibatch_loss(AuxBatch(obs, torch.zeros(6), old))
+    assert abs(loss.extra["kl"].item()) < 1e-6
+    exp = _unrolls(1)[0]
+    with torch.no_grad():
+        flat = exp.observation.flatten(0, 1)
+        step = alg.rollout_step(flat)
+    exp = exp._replace(action=step.output.view(T, B, 2),
+                       rollout_info=step.info.view(T, B))
+    assert ((exp.action >= -1) & (exp.action <= 1)).all()
+    for t in range(T):
+        alg.store(nest.map_structure(lambda x: x[t], exp))
+    stats = alg.train_iter(0.5)
+    assert "aux/kl" in stats and torch.isfinite(stats["aux/kl"])
+    with torch.no_grad():
+        moved = alg.actor(obs)
+    assert not torch.allclose(moved.alpha, dist.alpha)
