@@ -62,8 +62,9 @@ class TrainerConfig:
         envs_per_actor: ``"async"`` only: environments per actor process
             (they step in lock-step inside it, with batched inference); must
             divide the environments of a process. 1 (default) suits slow
-            environments such as MetaDrive (one engine per process anyway);
-            fast ones may prefer a few per actor.
+            environments; MetaDrive takes only 1 (one engine per process;
+            more is refused with a one-line error); fast ones may prefer a
+            few per actor.
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished
