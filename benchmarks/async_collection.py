@@ -3,11 +3,17 @@ r"""Training throughput, synchronous vs asynchronous collection, in one run.
     python benchmarks/async_collection.py --workload metadrive [--repeats 2]
     python benchmarks/async_collection.py --workload cart_pole
     python benchmarks/async_collection.py --workload sac_pendulum
+    python benchmarks/async_collection.py --workload metadrive \
+        --processes 1,2,4,8 --modes async --devices cpu,cuda \
+        --gin_param TrainerConfig.num_envs=16 \
+        --gin_param TrainerConfig.unroll_length=256
 
 Each repeat runs every variant once (the order alternates between repeats,
 so machine noise hits all of them); a variant is ``python -m alf.bin.train``
-with ``TrainerConfig.unroll_mode`` "sync" or "async", 1 or 2 processes, and
-its rate is the trainer's own (training only: no start-up, no evaluation).
+with ``TrainerConfig.unroll_mode`` "sync" or "async" (``--modes``), 1 or 2
+processes (``--processes``), on the CPU or, in one process, on the GPU
+(``--devices``), with any further ``--gin_param``; its rate is the
+trainer's own (training only: no start-up, no evaluation).
 
 ``metadrive`` (``ppg_metadrive.gin``) also runs bare MetaDrive: one
 ``MetaDriveEnv`` per core stepping uniformly random actions with the
@@ -29,8 +35,10 @@ cores spent on nothing but this run's simulation and learning) and the
 ratio to it, for every variant (``E`` from the async runs with the same
 number of processes).
 
-``cart_pole`` is ``ppo_cart_pole.gin`` with ``async_env`` (one subprocess
-per environment in sync mode); ``sac_pendulum`` is ``sac_pendulum.gin``.
+``metadrive_bev`` is ``ppg_metadrive_bev.gin`` (no bare run: its
+simulator renders top-down frames). ``cart_pole`` is ``ppo_cart_pole.gin``
+with ``async_env`` (one subprocess per environment in sync mode);
+``sac_pendulum`` is ``sac_pendulum.gin``.
 """
 import argparse
 import os
@@ -44,7 +52,12 @@ WORKLOADS = {
     # PPG trains its auxiliary phase every 4th iteration: 12 iterations
     # hold 3 of them, and the steady state, not the pipeline's fill.
     "metadrive": ("ppg_metadrive.gin", 49152,
-                  ["TrainerConfig.num_eval_episodes=1"]),
+                  ["TrainerConfig.num_eval_episodes=1",
+                   "TrainerConfig.held_out_env_load_fn=None"]),
+    # the CNN on 84x84 top-down frames: where a GPU's update speed shows
+    "metadrive_bev": ("ppg_metadrive_bev.gin", 12288,
+                      ["TrainerConfig.num_eval_episodes=1",
+                       "TrainerConfig.held_out_env_load_fn=None"]),
     "cart_pole": ("ppo_cart_pole.gin", 40960,
                   ["TrainerConfig.async_env=True",
                    "TrainerConfig.num_eval_episodes=1"]),
@@ -94,15 +107,26 @@ def main():
     parser.add_argument("--num_env_steps", type=int, default=None)
     parser.add_argument("--processes", default="1,2",
                         help="comma-separated process counts")
+    parser.add_argument("--modes", default="sync,async",
+                        help="comma-separated unroll modes")
+    parser.add_argument("--devices", default="cpu",
+                        help="comma-separated TrainerConfig.device values; "
+                        "'cuda' runs 1-process variants only (CPU processes "
+                        "refuse a GPU)")
+    parser.add_argument("--gin_param", action="append", default=[],
+                        help="extra binding for every training run, e.g. "
+                        "TrainerConfig.num_envs=16 (repeatable)")
     parser.add_argument("--bare_steps", type=int, default=3000)
     args = parser.parse_args()
     gin_file, steps, extra = WORKLOADS[args.workload]
     steps = args.num_env_steps or steps
     params = throughput_params(steps) + extra + [
-        "TrainerConfig.log_interval_seconds=1000"]
+        "TrainerConfig.log_interval_seconds=1000"] + args.gin_param
     cores = os.cpu_count()
     procs = [int(p) for p in args.processes.split(",")]
-    variants = [(n, m) for n in procs for m in ("sync", "async")]
+    variants = [(n, m, d) for d in args.devices.split(",")
+                for n in procs for m in args.modes.split(",")
+                if d == "cpu" or n == 1]
     print(f"config: {gin_file} {' '.join(params)}")
     print(f"load before: {os.getloadavg()[0]:.2f}; {cores} cores", flush=True)
     rates = {v: [] for v in variants}
@@ -126,11 +150,12 @@ def main():
                         print(f"repeat {rep}: bare MetaDrive x{cores} "
                               f"{bare[-1]:6.0f} env steps/s", flush=True)
                         continue
-                    n, mode = v
+                    n, mode, dev = v
                     r = train_throughput(
                         [gin_file], params + [
-                            f'TrainerConfig.unroll_mode="{mode}"'],
-                        os.path.join(root, f"{mode}{n}-r{rep}"),
+                            f'TrainerConfig.unroll_mode="{mode}"',
+                            f'TrainerConfig.device="{dev}"'],
+                        os.path.join(root, f"{mode}{n}{dev}-r{rep}"),
                         num_processes=n)
                     rates[v].append(r["rate"])
                     learner[v].append(r["learner_ms"])
@@ -138,7 +163,7 @@ def main():
                     said = ("" if mode == "sync" else
                             f", actors {r['actor_ms']:.3f} (env step "
                             f"{r['env_ms']:.3f})")
-                    print(f"repeat {rep}: {n} proc {mode:5s} "
+                    print(f"repeat {rep}: {label(v)} "
                           f"{r['rate']:6.0f} env steps/s, learner "
                           f"{r['learner_ms']:.3f} ms CPU/step{said} (wall "
                           f"{r['wall']:.0f} s); load "
@@ -150,42 +175,50 @@ def main():
     report(variants, rates, learner, actors, bare, cores)
 
 
+def label(variant) -> str:
+    n, mode, dev = variant
+    return f"{n} proc {mode:<5s}" + ("" if dev == "cpu" else f" {dev}")
+
+
 def report(variants, rates, learner, actors, bare, cores) -> None:
     """Prints the mean rate of each variant and its ratios."""
     mean = statistics.mean
-    head = f"{'variant':<14} {'env steps/s':>11} {'async/sync':>10}"
+    head = f"{'variant':<19} {'env steps/s':>11} {'async/sync':>10}"
     if bare:
         capacity = mean(bare)
         print(f"bare MetaDrive x{cores} (capacity C): {capacity:.0f} env "
               f"steps/s, {1000 * cores / capacity:.3f} ms CPU/step; per "
               f"repeat {', '.join(f'{b:.0f}' for b in bare)}")
-        env_ms = {n: mean(e for _, e in actors[(n, "async")])
-                  for n, m in variants if m == "async"}
-        for n, e in env_ms.items():
-            a = mean(a for a, _ in actors[(n, "async")])
+        env_ms = {(n, d): mean(e for _, e in actors[(n, "async", d)])
+                  for n, m, d in variants if m == "async"}
+        for (n, d), e in env_ms.items():
+            a = mean(a for a, _ in actors[(n, "async", d)])
             dearer = e * capacity / 1000 / cores
-            print(f"{n} proc async, actors: {a:.3f} ms CPU/step, of which "
+            print(f"{label((n, 'async', d))}, actors: {a:.3f} ms CPU/step, of which "
                   f"the simulator E = {e:.3f} ({dearer:.2f}x its "
                   f"random-action cost); inference and bookkeeping "
                   f"{a - e:.3f}")
         head += (f" {'learner ms':>10} {'/ bare':>7} {'limit':>7} "
                  f"{'/ limit':>7} {'run limit':>9} {'/ run':>6}")
     print(head)
-    for n, mode in variants:
-        rate = mean(rates[(n, mode)])
-        sync = mean(rates[(n, "sync")])
-        line = (f"{n} proc {mode:<7} {rate:11.0f} "
-                f"{rate / sync if mode == 'async' else 1.0:10.2f}")
+    for v in variants:
+        n, mode, dev = v
+        rate = mean(rates[v])
+        sync = rates.get((n, "sync", dev))
+        versus = (f"{rate / mean(sync):10.2f}" if mode == "async" and sync
+                  else f"{'':>10}")
+        line = f"{label(v):<19} {rate:11.0f} {versus}"
         if bare:
-            ms = mean(learner[(n, mode)])
+            ms = mean(learner[v])
             limit = cores / (cores / capacity + ms / 1000)
             line += (f" {ms:10.3f} {rate / capacity:7.2f} {limit:7.0f} "
                      f"{rate / limit:7.2f}")
-            if n in env_ms:
-                run_limit = cores / ((env_ms[n] + ms) / 1000)
+            e = env_ms.get((n, dev))
+            if e is not None:
+                run_limit = cores / ((e + ms) / 1000)
                 line += f" {run_limit:9.0f} {rate / run_limit:6.2f}"
         print(line + "   per repeat " +
-              " ".join(f"{x:.0f}" for x in rates[(n, mode)]))
+              " ".join(f"{x:.0f}" for x in rates[v]))
 
 
 if __name__ == "__main__":

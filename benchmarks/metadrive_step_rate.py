@@ -86,7 +86,17 @@ class Raw:
         self._proc = ctx.Process(target=_raw_worker, args=(
             child, trajectory, dict(config or CONFIG)), daemon=True)
         self._proc.start()
-        assert self._conn.recv() == "ready"
+        # Without the parent's copy of the child's end, a worker that dies
+        # ends recv() with EOFError instead of blocking it forever.
+        child.close()
+        try:
+            self._conn.recv()
+        except EOFError:
+            self._proc.join(timeout=10)
+            raise RuntimeError(
+                f"bare MetaDrive worker {trajectory} died before stepping "
+                f"(exit code {self._proc.exitcode}; its traceback is "
+                "above)") from None
 
     def seconds(self, n: int) -> float:
         """Runs ``n`` steps; returns the seconds taken (and keeps the sum

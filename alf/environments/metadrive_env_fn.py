@@ -12,6 +12,7 @@ constructing an environment object alone starts none, which is how
 """
 import importlib
 import os
+import re
 from typing import Optional, Sequence
 
 import gymnasium as gym
@@ -32,6 +33,51 @@ ASSETS_HINT = "`python -m metadrive.pull_asset` downloads and installs them"
 
 class AssetsMissingError(RuntimeError):
     """MetaDrive's 3-D assets are absent and the configuration needs them."""
+
+
+class GraphicsLibraryMissingError(RuntimeError):
+    """Panda3D can load no graphics pipe, which MetaDrive's engine needs even
+    when it renders nothing."""
+
+
+# Panda3D's display modules on Linux: GLX (needs libGL and libX11) and
+# headless EGL (needs libGL).
+_PANDA_DISPLAYS = ("libpandagl.so", "libp3headlessgl.so")
+
+
+_SYSTEM_GRAPHICS_LIB = re.compile(r"\blib(GL|GLX|GLdispatch|EGL|X11|Xext|xcb)\b")
+
+
+def _graphics_error(why: str) -> GraphicsLibraryMissingError:
+    return GraphicsLibraryMissingError(
+        f"MetaDrive needs the system's OpenGL and X11 libraries even when it "
+        f"renders nothing ({why}); install them, e.g. apt-get install libgl1 "
+        f"libx11-6")
+
+
+def missing_graphics_library() -> Optional[str]:
+    """Why no Panda3D display module loads (the dynamic loader's message,
+    e.g. ``libGL.so.1: cannot open shared object file``), or None if one
+    does or this platform has none of them.
+
+    MetaDrive's engine lists the graphics pipes at start-up and crashes with
+    an ``IndexError`` when there are none, which is what a container
+    without the system's OpenGL libraries gives.
+    """
+    import ctypes
+
+    import panda3d
+    errors = []
+    for name in _PANDA_DISPLAYS:
+        path = os.path.join(os.path.dirname(panda3d.__file__), name)
+        if not os.path.exists(path):
+            continue
+        try:
+            ctypes.CDLL(path)
+            return None
+        except OSError as e:
+            errors.append(str(e))
+    return errors[0] if errors else None
 
 
 def assets_present() -> bool:
@@ -263,11 +309,24 @@ def make_env(env_class: str, config: dict,
     Raises:
         AssetsMissingError: the assets are absent and the configuration
             renders in 3-D (a camera, ``use_render``).
+        GraphicsLibraryMissingError: the system's OpenGL libraries are
+            missing (see `missing_graphics_library`).
     """
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     module, name = env_class.split(":")
-    env = getattr(importlib.import_module(module), name)(dict(config))
+    try:
+        env_cls = getattr(importlib.import_module(module), name)
+    except ImportError as e:
+        # MetaDrive's OpenCV (not the headless build) links libGL.
+        if _SYSTEM_GRAPHICS_LIB.search(str(e)):
+            raise _graphics_error(str(e)) from e
+        raise
+    env = env_cls(dict(config))
+    why = missing_graphics_library()
+    if why is not None:
+        env.close()
+        raise _graphics_error(why)
     if not assets_present():
         from metadrive.constants import RENDER_MODE_NONE
         mode = env.config["_render_mode"]

@@ -23,8 +23,9 @@ if METADRIVE is None:
 import gymnasium as gym  # noqa: E402
 
 from alf.environments import suite_metadrive  # noqa: E402
-from alf.environments.metadrive_env_fn import (CRASH_END,  # noqa: E402
-                                               ScenarioSampling)
+from alf.environments.metadrive_env_fn import (  # noqa: E402
+    CRASH_END, GraphicsLibraryMissingError, ScenarioSampling, make_env,
+    missing_graphics_library)
 from alf.utils.errors import AlfError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -265,6 +266,44 @@ def test_an_actor_with_more_than_one_environment_names_the_setting(
 def test_3d_rendering_without_assets_names_the_fix():
     with pytest.raises(AlfError, match="metadrive.pull_asset"):
         suite_metadrive.load(env_config=dict(use_render=True), **CONFIG)
+
+
+def test_panda3d_loads_a_display_module_here():
+    assert missing_graphics_library() is None
+
+
+_NO_GL = "libGL.so.1: cannot open shared object file: No such file or directory"
+
+
+def test_missing_opengl_names_the_fix(monkeypatch, tmp_path):
+    # MetaDrive's OpenCV fails to import without libGL.
+    (tmp_path / "md_without_gl.py").write_text(f"raise ImportError({_NO_GL!r})")
+    (tmp_path / "md_other_import_error.py").write_text(
+        "raise ImportError('No module named shapely')")
+    (tmp_path / "md_stand_in.py").write_text(
+        "import gymnasium as gym\n\n"
+        "class Env(gym.Env):\n"
+        "    def __init__(self, config):\n"
+        "        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(GraphicsLibraryMissingError,
+                       match=r"\(libGL.so.1: .*apt-get install libgl1"):
+        make_env("md_without_gl:Env", {})
+    with pytest.raises(ImportError, match="No module named shapely"):
+        make_env("md_other_import_error:Env", {})
+
+    # With the headless OpenCV, the import succeeds and Panda3D's display
+    # modules fail to load (MetaDrive's engine would crash on no pipes).
+    import ctypes
+
+    def no_gl(path, *args, **kwargs):
+        raise OSError(_NO_GL)
+
+    monkeypatch.setattr(ctypes, "CDLL", no_gl)
+    assert missing_graphics_library() == _NO_GL
+    with pytest.raises(GraphicsLibraryMissingError,
+                       match=r"renders nothing \(libGL.so.1: .*libx11-6"):
+        make_env("md_stand_in:Env", {})
 
 
 # ---- ScenarioSampling on a scripted stand-in (no MetaDrive) ----------------

@@ -19,8 +19,10 @@ pytestmark = [
 
 CASES = {
     "ppo_cart_pole.gin": {"TrainerConfig.num_env_steps": "4096"},
+    # an auxiliary phase holds aux_interval x 2 envs x 16 steps = 64
     "ppg_cart_pole.gin": {"TrainerConfig.num_env_steps": "4096",
-                          "PPGAlgorithm.aux_interval": "2"},
+                          "PPGAlgorithm.aux_interval": "2",
+                          "PPGAlgorithm.aux_minibatch_size": "32"},
     "dqn_cart_pole.gin": {"TrainerConfig.num_env_steps": "3000",
                           "TrainerConfig.initial_collect_steps": "500"},
     "sac_pendulum.gin": {"TrainerConfig.num_env_steps": "600",
