@@ -4,14 +4,17 @@
 #
 #   DEPS=.whl/dsite.tar.xz bash benchmarks/gpu_checklist.sh
 #
-# DEPS (optional): tar.xz archives (space-separated), each of a site-packages folder with what the machine
-# lacks (gin-config, gymnasium, optree, metadrive-simulator and its own
-# dependencies), unpacked onto PYTHONPATH. Every step has its own time limit
-# and logs to $OUT (or /tmp/gpu-checklist), so one that fails or hangs costs
-# only its own minutes. MetaDrive also needs the system's libGL.so.1 and
-# libX11.so.6, which the lent machines' image lacks (2026-11-26): unpack
-# them first (the device README's .gl recipe, plus libx11-6). ONLY (optional): a regex; only the steps whose names
-# match it run (e.g. ONLY='env|metadrive').
+# DEPS (optional): tar.xz archives (space-separated), each of a
+# site-packages folder with what the machine lacks (gin-config, gymnasium,
+# optree, metadrive-simulator and its own dependencies), unpacked onto
+# PYTHONPATH. ONLY (optional): a regex; only the steps whose names match it
+# run (e.g. ONLY='env|metadrive'). PYTEST_K (optional): tests/gpu's -k.
+#
+# Every step has its own time limit and logs to $OUT (or
+# /tmp/gpu-checklist), so one that fails or hangs costs only its own
+# minutes. MetaDrive also needs the system's libGL.so.1 and libX11.so.6,
+# which the lent machines' image lacked (2026-11-26): unpack them first (the
+# device README's .gl recipe, plus libx11-6).
 set -u
 OUT=${OUT:-/tmp/gpu-checklist}
 mkdir -p "$OUT"
