@@ -97,11 +97,16 @@ class ScenarioSampling(gym.Wrapper):
 
     MetaDrive accepts ``reset(seed=s)`` only for ``start_seed <= s <
     start_seed + num_scenarios``, and ``reset()`` draws the scenario from an
-    unseeded generator. This wrapper draws every reset's scenario from a
-    numpy generator seeded by the last ``reset(seed=...)`` (a vector env
-    passes ``seed + i`` to its ``i``-th environment), so each environment
-    drives its own, reproducible sequence of scenarios. Before any seed, the
-    generator is seeded from fresh entropy.
+    unseeded generator. Here ``reset(seed=s)`` drives scenario ``start_seed
+    + s % num_scenarios``, and every ``reset()`` after it draws its scenario
+    from a numpy generator seeded by ``s``: each environment drives its own,
+    reproducible sequence of scenarios (a vector env passes ``seed + i`` to
+    its ``i``-th environment). Consecutive seeds drive distinct scenarios,
+    so an evaluation (environment ``i`` reset with ``seed + i``) or a replay
+    (episode ``e`` with ``seed + e``) of ``num_scenarios`` episodes drives
+    every scenario once: a deterministic policy's score is then exact, not
+    a draw of the scenarios. Before any seed, the generator is seeded from
+    fresh entropy.
 
     Args:
         env: a MetaDrive environment.
@@ -121,10 +126,14 @@ class ScenarioSampling(gym.Wrapper):
         self._rng = None
 
     def reset(self, *, seed=None, options=None):
-        if seed is not None or self._rng is None:
+        if seed is not None:
             self._rng = np.random.default_rng(seed)
-        scenario = self._start_seed + int(
-            self._rng.integers(self._num_scenarios))
+            index = seed % self._num_scenarios
+        else:
+            if self._rng is None:
+                self._rng = np.random.default_rng()
+            index = int(self._rng.integers(self._num_scenarios))
+        scenario = self._start_seed + index
         obs, info = self.env.reset(seed=scenario)
         return obs, self._filter(info)
 

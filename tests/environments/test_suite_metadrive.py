@@ -346,6 +346,17 @@ def test_scenario_sampling_seeds_every_reset():
     assert env.unwrapped.seeds[-2:] != draws[0][:2]
 
 
+def test_consecutive_seeds_drive_every_scenario_once():
+    # As an evaluation resets environment i with seed + i (and alf.bin.play
+    # episode e with seed + e): num_scenarios seeds, every scenario once.
+    env = ScenarioSampling(_ScriptedMetaDrive(), num_scenarios=7,
+                           start_seed=40)
+    for s in range(12, 19):
+        env.reset(seed=s)
+    assert sorted(env.unwrapped.seeds) == list(range(40, 47))
+    assert env.unwrapped.seeds[0] == 40 + 12 % 7
+
+
 def test_scenario_sampling_crash_end_and_info_keys():
     script = [
         (False, False, {"crash_vehicle": True}),  # a crash that goes on
