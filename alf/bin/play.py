@@ -9,7 +9,8 @@ checkpoint of ``DIR/ckpt`` (weights only: a checkpoint cannot run code),
 plays ``--num_episodes`` episodes in one environment in this process and
 prints each one's return, length and the environment's episode metrics
 (MetaDrive: success, route completion, ...), then their means. Episode
-``e`` starts from seed ``--seed + e``, so a replay is reproducible.
+``e`` starts from seed ``--seed + e``, and so does the sampling policy's
+noise, so a replay is reproducible, episode by episode.
 
 ``--record_file`` writes one frame per step, the state the policy acted on
 (so an episode of length L gives L frames): gymnasium's ``rgb_array``
@@ -145,6 +146,10 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
 @torch.inference_mode()
 def _episode(env, algorithm, seed: int, sampling: bool, writer):
     ts = env.reset(seed=seed)
+    if sampling:
+        # The episode's own action noise: a replay of episode e alone
+        # (--seed e --num_episodes 1) plays it again.
+        torch.manual_seed(seed)
     total, length, row = 0.0, 0, {}
     while True:
         if writer:

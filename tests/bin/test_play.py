@@ -68,6 +68,18 @@ def test_mp4_and_the_best_checkpoint(cart_pole_run, tmp_path):
     assert again[0] == again[1]
 
 
+def test_sampling_replays_episode_by_episode(cart_pole_run):
+    def rows(*args):
+        res = _play(cart_pole_run, "--sampling", *args)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return [ln.split()[1:] for ln in res.stdout.splitlines()
+                if re.match(r"\s*\d+\s", ln)]
+
+    three = rows("--seed", "5", "--num_episodes", "3")
+    assert rows("--seed", "7", "--num_episodes", "1") == three[2:]
+    assert rows("--seed", "5", "--num_episodes", "3") == three
+
+
 @pytest.mark.parametrize("args,message", [
     (["--checkpoint", "999"], r"--checkpoint=999: no such checkpoint .* "
                               r"\(there: latest, best, 1024\)"),
