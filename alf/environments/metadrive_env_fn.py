@@ -36,15 +36,15 @@ class AssetsMissingError(RuntimeError):
 
 
 class GraphicsLibraryMissingError(RuntimeError):
-    """Panda3D can load no graphics pipe, which MetaDrive's engine needs even
-    when it renders nothing."""
+    """The system's OpenGL or X11 libraries are missing. MetaDrive needs
+    them even when it renders nothing: its OpenCV links libGL, and its
+    engine crashes when Panda3D can load no display module."""
 
 
 # Panda3D's display modules on Linux: GLX (needs libGL and libX11) and
 # headless EGL (needs libGL).
 _PANDA_DISPLAYS = ("libpandagl.so", "libp3headlessgl.so")
-
-
+# The libraries an ImportError names when they are what is missing.
 _SYSTEM_GRAPHICS_LIB = re.compile(r"\blib(GL|GLX|GLdispatch|EGL|X11|Xext|xcb)\b")
 
 
