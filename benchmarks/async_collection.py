@@ -176,6 +176,7 @@ def main():
 
 
 def label(variant) -> str:
+    """``(processes, mode, device)`` as the report names it."""
     n, mode, dev = variant
     return f"{n} proc {mode:<5s}" + ("" if dev == "cpu" else f" {dev}")
 
