@@ -51,7 +51,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
       'cores', os.cpu_count())"
 # One MetaDrive engine (10 s): without it the MetaDrive steps below are
 # skipped rather than left to fail slowly.
-if ! step metadrive_smoke 60 python3 -c "
+if ! step metadrive_smoke 45 python3 -c "
 from alf.environments.metadrive_env_fn import make_env
 env = make_env('metadrive.envs.metadrive_env:MetaDriveEnv',
                dict(num_scenarios=1, start_seed=0, horizon=100, log_level=50))
@@ -64,16 +64,17 @@ fi
 md() { [ -z "${SKIP_MD:-}" ] && step "$@"; }
 # 1. the CUDA tests, several at once (each is a short CLI run)
 step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/gpu ${PYTEST_K:+-k "$PYTEST_K"}
-# 4. MetaDrive, one environment per core: bare x cores vs training, 1 and 2
-# CPU processes sync and async; then async on 1 GPU process and 1, 2, 4 and 8
-# CPU processes (the scaling curve).
+# 4. MetaDrive, one environment per core: bare x cores vs training, sync
+# and async, on 1 and 2 CPU processes and 1 GPU process; then on 4 and 8
+# CPU processes (the scaling curve). Two steps, so that a slow one still
+# leaves the other's table.
 MD="--workload metadrive --repeats 1 --num_env_steps 32768
     --gin_param TrainerConfig.num_envs=$(nproc)
     --gin_param TrainerConfig.unroll_length=$((4096 / $(nproc)))"
-TAIL=30 md metadrive_12 170 python3 benchmarks/async_collection.py $MD \
-    --processes 1,2
-TAIL=30 md metadrive_scaling 230 python3 benchmarks/async_collection.py $MD \
-    --processes 1,2,4,8 --modes async --devices cuda,cpu
+TAIL=30 md metadrive_12 230 python3 benchmarks/async_collection.py $MD \
+    --processes 1,2 --devices cpu,cuda
+TAIL=30 md metadrive_48 190 python3 benchmarks/async_collection.py $MD \
+    --processes 4,8
 # 2. CartPole: --distributed multi-gpu on one GPU, and cuda vs cpu rates
 step cart_pole_multi_gpu 40 python3 -m alf.bin.train \
     --gin_file ppo_cart_pole.gin --root_dir /tmp/gc/multi_gpu \
