@@ -13,7 +13,13 @@ so machine noise hits all of them); a variant is ``python -m alf.bin.train``
 with ``TrainerConfig.unroll_mode`` "sync" or "async" (``--modes``), 1 or 2
 processes (``--processes``), on the CPU or, in one process, on the GPU
 (``--devices``), with any further ``--gin_param``; its rate is the
-trainer's own (training only: no start-up, no evaluation).
+trainer's steady one: env steps/s from the end of the first iteration (the
+pipeline's fill) to the end of training, no start-up, no evaluation. The
+asynchronous variants also say how much of their time the actors waited
+for a policy (collection ahead of the learner: the lag bound holds it) and
+the learner for unrolls (collection behind), and every variant's
+"learner bound", ``processes x 1000 / learner ms``: the rate at which the
+learners, each training its share serially, would be busy all the time.
 
 ``metadrive`` (``ppg_metadrive.gin``) also runs bare MetaDrive: one
 ``MetaDriveEnv`` per core stepping uniformly random actions with the
@@ -45,7 +51,7 @@ import os
 import statistics
 import tempfile
 
-from runs import throughput_params, train_throughput
+from runs import terminate_on_sigterm, throughput_params, train_throughput
 
 WORKLOADS = {
     # gin file, env steps per run, extra bindings
@@ -100,6 +106,7 @@ def bare_rate(raws, steps: int) -> float:
 
 
 def main():
+    terminate_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS),
                         default="metadrive")
@@ -121,7 +128,7 @@ def main():
     gin_file, steps, extra = WORKLOADS[args.workload]
     steps = args.num_env_steps or steps
     params = throughput_params(steps) + extra + [
-        "TrainerConfig.log_interval_seconds=1000"] + args.gin_param
+        "TrainerConfig.log_interval_seconds=0"] + args.gin_param
     cores = os.cpu_count()
     procs = [int(p) for p in args.processes.split(",")]
     variants = [(n, m, d) for d in args.devices.split(",")
@@ -132,6 +139,7 @@ def main():
     rates = {v: [] for v in variants}
     learner = {v: [] for v in variants}
     actors = {v: [] for v in variants}
+    waits = {v: [] for v in variants}
     bare, raws = [], []
     if args.workload == "metadrive":
         from metadrive_step_rate import Raw
@@ -157,14 +165,18 @@ def main():
                             f'TrainerConfig.device="{dev}"'],
                         os.path.join(root, f"{mode}{n}{dev}-r{rep}"),
                         num_processes=n)
-                    rates[v].append(r["rate"])
+                    rates[v].append(r["steady_rate"])
                     learner[v].append(r["learner_ms"])
                     actors[v].append((r["actor_ms"], r["env_ms"]))
+                    waits[v].append((r["actor_wait"], r["learner_wait"]))
                     said = ("" if mode == "sync" else
                             f", actors {r['actor_ms']:.3f} (env step "
-                            f"{r['env_ms']:.3f})")
+                            f"{r['env_ms']:.3f}), waiting "
+                            f"{r['actor_wait']:.0%}, learner waiting "
+                            f"{r['learner_wait']:.0%}")
                     print(f"repeat {rep}: {label(v)} "
-                          f"{r['rate']:6.0f} env steps/s, learner "
+                          f"{r['steady_rate']:6.0f} env steps/s (whole run "
+                          f"{r['rate']:.0f}), learner "
                           f"{r['learner_ms']:.3f} ms CPU/step{said} (wall "
                           f"{r['wall']:.0f} s); load "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
@@ -172,7 +184,7 @@ def main():
         for r in raws:
             r.close()
     print(f"load after: {os.getloadavg()[0]:.2f}\n")
-    report(variants, rates, learner, actors, bare, cores)
+    report(variants, rates, learner, actors, waits, bare, cores)
 
 
 def label(variant) -> str:
@@ -181,10 +193,11 @@ def label(variant) -> str:
     return f"{n} proc {mode:<5s}" + ("" if dev == "cpu" else f" {dev}")
 
 
-def report(variants, rates, learner, actors, bare, cores) -> None:
+def report(variants, rates, learner, actors, waits, bare, cores) -> None:
     """Prints the mean rate of each variant and its ratios."""
     mean = statistics.mean
-    head = f"{'variant':<19} {'env steps/s':>11} {'async/sync':>10}"
+    head = (f"{'variant':<19} {'env steps/s':>11} {'async/sync':>10} "
+            f"{'learner bound':>13} {'waiting: actors':>15} {'learner':>7}")
     if bare:
         capacity = mean(bare)
         print(f"bare MetaDrive x{cores} (capacity C): {capacity:.0f} env "
@@ -208,9 +221,14 @@ def report(variants, rates, learner, actors, bare, cores) -> None:
         sync = rates.get((n, "sync", dev))
         versus = (f"{rate / mean(sync):10.2f}" if mode == "async" and sync
                   else f"{'':>10}")
-        line = f"{label(v):<19} {rate:11.0f} {versus}"
+        ms = mean(learner[v])
+        line = f"{label(v):<19} {rate:11.0f} {versus} {n * 1000 / ms:13.0f}"
+        if mode == "async":
+            line += (f" {mean(w for w, _ in waits[v]):15.0%} "
+                     f"{mean(w for _, w in waits[v]):7.0%}")
+        else:
+            line += f" {'':>15} {'':>7}"
         if bare:
-            ms = mean(learner[v])
             limit = cores / (cores / capacity + ms / 1000)
             line += (f" {ms:10.3f} {rate / capacity:7.2f} {limit:7.0f} "
                      f"{rate / limit:7.2f}")

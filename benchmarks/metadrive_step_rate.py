@@ -106,8 +106,13 @@ class Raw:
         return t
 
     def close(self):
-        self._conn.send(None)
+        try:
+            self._conn.send(None)
+        except OSError:
+            pass  # the worker is gone already (e.g. SIGTERM to the group)
         self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.kill()
 
 
 class Suite:

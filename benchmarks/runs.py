@@ -89,8 +89,27 @@ def print_curves(results: Dict[int, Dict[str, list]],
 
 
 _PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
+# absl's prefix (hh:mm:ss.micro) and the env steps of a progress line.
+_STAMPED = re.compile(r"^I\d{4} (\d\d):(\d\d):([\d.]+) .*"
+                      r"\| env steps (\d+)/\d+ \|", re.MULTILINE)
 _LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step")
-_ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)\)")
+_ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)\), "
+                     r"waiting (\d+)% for a policy \| learner waiting (\d+)%")
+
+
+def steady_rate(output: str) -> float:
+    """Env steps/s between the first and the last progress line of a train
+    CLI's ``output``: the pipeline's fill (the first iteration, before the
+    first line) left out. NaN with fewer than two lines."""
+    found = _STAMPED.findall(output)
+    if len(found) < 2:
+        return float("nan")
+
+    def seconds(h, m, s):
+        return 3600 * int(h) + 60 * int(m) + float(s)
+    (h0, m0, s0, n0), (h1, m1, s1, n1) = found[0], found[-1]
+    elapsed = (seconds(h1, m1, s1) - seconds(h0, m0, s0)) % 86400
+    return (int(n1) - int(n0)) / elapsed if elapsed > 0 else float("nan")
 
 
 def throughput_params(num_env_steps: int) -> List[str]:
@@ -115,11 +134,14 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         ``rate``: env steps/s from the trainer's last progress line (training
         only: no evaluation, no start-up); ``wall``: seconds of the whole
         command; ``wall_rate``: env steps / ``wall`` (start-up, process
-        spawn and the final evaluation included); ``env_steps``;
-        ``learner_ms``: the learner's CPU ms per env step (of rank 0);
-        ``actor_ms`` and ``env_ms``: with asynchronous collection, rank 0's
-        actors' CPU ms per env step, all of it and the part in the
-        environments' step (NaN otherwise).
+        spawn and the final evaluation included); ``steady_rate``: see
+        `steady_rate` (needs a small ``log_interval_seconds``);
+        ``env_steps``; ``learner_ms``: the learner's CPU ms per env step
+        (of rank 0); ``actor_ms`` and ``env_ms``: with asynchronous
+        collection, rank 0's actors' CPU ms per env step, all of it and the
+        part in the environments' step, ``actor_wait`` and
+        ``learner_wait``: the fractions of their time that the actors
+        waited for a policy and the learner for unrolls (NaN otherwise).
 
     Raises:
         RuntimeError: if the run fails or prints no progress line (its
@@ -135,24 +157,68 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
                 str(num_processes)]
     cmd += list(extra_args)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    out = run_in_own_group(cmd)
     wall = time.perf_counter() - start
-    found = _PROGRESS.findall(proc.stdout)
-    if proc.returncode != 0 or not found:
+    found = _PROGRESS.findall(out.text)
+    if out.returncode != 0 or not found:
         with open(root_dir + ".log", "w") as f:
-            f.write(" ".join(cmd) + "\n" + proc.stdout)
-        raise RuntimeError(f"training failed (exit {proc.returncode}); see "
-                           f"{root_dir}.log")
+            f.write(" ".join(cmd) + "\n" + out.text)
+        raise RuntimeError(f"training failed (exit {out.returncode}); "
+                           f"see {root_dir}.log")
     steps, _, rate = (int(x) for x in found[-1])
-    learner = _LEARNER.findall(proc.stdout)
-    actors = _ACTORS.findall(proc.stdout)
+    learner = _LEARNER.findall(out.text)
+    actors = _ACTORS.findall(out.text)
     nan = float("nan")
+    last = [float(x) for x in actors[-1]] if actors else [nan] * 4
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
-            "env_steps": steps,
+            "steady_rate": steady_rate(out.text), "env_steps": steps,
             "learner_ms": float(learner[-1]) if learner else nan,
-            "actor_ms": float(actors[-1][0]) if actors else nan,
-            "env_ms": float(actors[-1][1]) if actors else nan}
+            "actor_ms": last[0], "env_ms": last[1],
+            "actor_wait": last[2] / 100, "learner_wait": last[3] / 100}
+
+
+class _Finished:
+    """A finished command's combined output and exit status."""
+
+    def __init__(self, text: str, returncode: int):
+        self.text, self.returncode = text, returncode
+
+
+def run_in_own_group(cmd: Sequence[str]) -> _Finished:
+    """Runs ``cmd`` in a process group of its own and returns its output;
+    if this process is interrupted (Ctrl-C, or SIGTERM from `timeout`:
+    see `terminate_on_sigterm`), the whole group (the trainer, its ranks,
+    actors and environment workers) is stopped before this returns, so no
+    part of a run outlives the benchmark and loads the next one."""
+    import signal
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        text, _ = proc.communicate()
+    except BaseException:
+        for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=grace)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+        raise
+    return _Finished(text, proc.returncode)
+
+
+def terminate_on_sigterm() -> None:
+    """SIGTERM (e.g. from `timeout`) raises SystemExit in this process, so
+    that its ``finally`` blocks and `run_in_own_group` clean up."""
+    import signal
+
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, _exit)
 
 
 def print_library_comparison(rows: Dict[str, list], what: str) -> None:

@@ -1,7 +1,7 @@
 """Collection: environments -> experience stored in the algorithm.
 
 Two collectors with one interface (`describe`, `start`, `collect`,
-`publish`, `cpu_per_step`, `close`); ``TrainerConfig.unroll_mode`` picks one:
+`publish`, `actor_report`, `close`); ``TrainerConfig.unroll_mode`` picks one:
 
 * `SyncCollector` (``"sync"``, exact and reproducible): every iteration acts
   on all environments at once, waits for the slowest, and repeats
@@ -45,7 +45,7 @@ import signal
 import threading
 import time
 from multiprocessing import connection
-from typing import TYPE_CHECKING, Dict, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, cast
 
 import gin
 import gymnasium as gym
@@ -65,6 +65,24 @@ if TYPE_CHECKING:
     from alf.algorithms.rl_algorithm import RLAlgorithm
 
 UNROLL_MODES = ("sync", "async")
+
+
+class ActorReport(NamedTuple):
+    """Asynchronous collection's account of time, over the run so far.
+
+    Attributes:
+        actor_ms: the actors' CPU ms per env step (all of it).
+        env_ms: the part of ``actor_ms`` inside the environments' step.
+        actor_wait: the fraction of the actors' time spent waiting for a
+            newer policy (the lag bound: collection is ahead of the learner).
+        learner_wait: the fraction of the learner's time since its first
+            `collect` spent waiting for an unroll (the learner is ahead of
+            collection).
+    """
+    actor_ms: float
+    env_ms: float
+    actor_wait: float
+    learner_wait: float
 
 
 class CollectionError(AlfError):
@@ -139,7 +157,7 @@ class SyncCollector:
         """The learner finished training to ``version``."""
         self._version = version
 
-    def cpu_per_step(self) -> None:
+    def actor_report(self) -> None:
         """Not measured: acting is part of the learner's loop here, and
         environments may step in subprocesses."""
         return None
@@ -181,9 +199,13 @@ class AsyncCollector:
         self._preemption: Optional[Preemption] = None
         self.last_steps, self.last_preempted = 0, False
         # Actors' CPU seconds (all of it, and in the environments' step)
-        # over ``actor_steps`` env steps, for `cpu_per_step`.
+        # over ``actor_steps`` env steps, their wall seconds and those spent
+        # waiting for a version, and the learner's seconds since its first
+        # `collect` and those spent waiting in it: for `actor_report`.
         self.actor_cpu = self.env_cpu = 0.0
         self.actor_steps = 0
+        self.actor_seconds = self.actor_blocked = 0.0
+        self.learner_waited, self._first_collect = 0.0, None
         ctx = mp.get_context("spawn")
         self._conns, self._procs = [], []
         n = config.local_num_envs // envs_per_actor
@@ -245,6 +267,8 @@ class AsyncCollector:
             TrainingError: a step staler than ``max_policy_lag``.
         """
         u, start = self._next, time.perf_counter()
+        if self._first_collect is None:
+            self._first_collect = start
         received = self._unrolls.setdefault(u, {})
         preemption, cut = self._preemption, False
         if preemption is not None:
@@ -316,6 +340,9 @@ class AsyncCollector:
         self.actor_cpu += float(cpu.sum())
         self.env_cpu += float(env_cpu.sum())
         self.actor_steps += self.last_steps
+        self.actor_seconds += float(seconds.sum())
+        self.actor_blocked += float(blocked.sum())
+        self.learner_waited += waited
         return {"collect/policy_lag_mean": lag.mean(),
                 "collect/policy_lag_max": lag.max(),
                 "collect/learner_wait_fraction": torch.tensor(
@@ -323,13 +350,17 @@ class AsyncCollector:
                 "collect/actor_wait_fraction": (blocked / seconds).mean(),
                 "collect/actor_env_fraction": (stepping / seconds).mean()}
 
-    def cpu_per_step(self) -> Optional[Tuple[float, float]]:
-        """The actors' CPU ms per env step so far: (all of it, the part in
-        the environments' step); None before the first unroll."""
+    def actor_report(self) -> Optional[ActorReport]:
+        """Where the actors' and the learner's time went so far (see
+        `ActorReport`); None before the first unroll."""
         if not self.actor_steps:
             return None
-        return (1000 * self.actor_cpu / self.actor_steps,
-                1000 * self.env_cpu / self.actor_steps)
+        elapsed = time.perf_counter() - cast(float, self._first_collect)
+        return ActorReport(
+            1000 * self.actor_cpu / self.actor_steps,
+            1000 * self.env_cpu / self.actor_steps,
+            self.actor_blocked / max(self.actor_seconds, 1e-9),
+            min(self.learner_waited / max(elapsed, 1e-9), 1.0))
 
     def publish(self, version: int) -> None:
         """Sends the learner's policy at ``version`` to every actor."""

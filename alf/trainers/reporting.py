@@ -7,8 +7,7 @@ statistics) and measure their own throughput.
 import contextlib
 import os
 import time
-from typing import (TYPE_CHECKING, Callable, Dict, Iterator, Optional,
-                    Tuple)
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional
 
 import torch
 from absl import logging
@@ -20,6 +19,8 @@ from alf.trainers.evaluator import (EVAL_CSV, HELD_OUT_CSV, append_eval_csv,
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
+
+    from alf.trainers.collector import ActorReport
 
 #: Each kind of evaluation: its TensorBoard folder (also its tags' prefix)
 #: and its CSV file in ROOT_DIR.
@@ -33,8 +34,8 @@ class Reporter:
         root_dir: the run's folder (TensorBoard folders and CSV files).
         episodes: the training episodes' statistics.
         counts: what the ranks collected (per-rank summaries, preemption).
-        actor_cpu: the actors' CPU ms per env step (all of it, the part in
-            the environments' step), or None where not measured.
+        actor_report: the asynchronous actors' `ActorReport` (CPU per env
+            step, waiting), or None where not measured.
         device: where the training statistics are (copied to the host once).
         num_env_steps: the run's budget of env steps (global).
         log_interval_seconds: the least time between progress lines.
@@ -44,14 +45,14 @@ class Reporter:
 
     def __init__(self, root_dir: str, episodes: EpisodeStats,
                  counts: CollectionCounts,
-                 actor_cpu: Callable[[], Optional[Tuple[float, float]]],
+                 actor_report: Callable[[], Optional["ActorReport"]],
                  device: torch.device, num_env_steps: int,
                  log_interval_seconds: float, is_chief: bool,
                  world_size: int):
         self._root_dir = root_dir
         self._episodes = episodes
         self._counts = counts
-        self._actor_cpu = actor_cpu
+        self._actor_report = actor_report
         self._device = device
         self._num_env_steps = num_env_steps
         self._log_interval = log_interval_seconds
@@ -158,7 +159,7 @@ class Reporter:
         # The learner's CPU per env step of this rank: with ranks alike,
         # also all learners' core time per global env step.
         local_steps = (env_steps - self._start_steps) / self._world_size
-        actors = self._actor_cpu()
+        actors = self._actor_report()
         iters = max(iteration - self._start_iteration, 1)
         preempted = ", ".join(
             f"rank{r} {p / iters:.0%}" for r, p in
@@ -171,7 +172,9 @@ class Reporter:
             time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
             1000 * self._learner_cpu / max(local_steps, 1),
             "" if actors is None else
-            " | actors %.3f ms CPU/step (env step %.3f)" % actors,
+            " | actors %.3f ms CPU/step (env step %.3f), waiting %.0f%% for "
+            "a policy | learner waiting %.0f%% for unrolls" % (
+                actors[0], actors[1], 100 * actors[2], 100 * actors[3]),
             f" | preempted {preempted}" if self._counts.preempting else "")
 
     # ---- evaluation -------------------------------------------------------

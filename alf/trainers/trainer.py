@@ -166,7 +166,7 @@ class Trainer:
             self.world_size, cfg.preempt_stragglers and self.world_size > 1)
         self._reporter = Reporter(
             self.root_dir, self._episodes, self._counts,
-            self._collector.cpu_per_step, self.device,
+            self._collector.actor_report, self.device,
             cfg.num_env_steps, cfg.log_interval_seconds,
             self.is_chief, self.world_size)
         if self._async_eval is not None:

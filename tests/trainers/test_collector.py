@@ -106,8 +106,13 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs():
                     p.add_(0.3 * torch.randn_like(p))
             policies[u + 1] = copy.deepcopy(alg.actor)
             collector.publish(u + 1)
+        # A learner that trains in no time waits for its unrolls; actors
+        # one version ahead of it never wait for a policy.
+        report = collector.actor_report()
     finally:
         collector.close()
+    assert report.learner_wait > report.actor_wait, report
+    assert report.actor_wait < 0.5, report
     lags = []
     for u, exp in enumerate(unrolls):
         lag = u - exp.policy_version
@@ -211,8 +216,12 @@ def test_lag_zero_waits_for_every_version():
             time.sleep(0.3)  # room for an actor that would run ahead
             assert collector._queue.empty()
             collector.publish(u + 1)
+        report = collector.actor_report()
     finally:
         collector.close()
+    # The actors' time went into waiting for versions (unrolls 1 and 2
+    # waited out the learner's 0.3 s each), the learner's did not.
+    assert report.actor_wait > 0.8 and report.learner_wait < 0.3, report
 
 
 def test_a_step_staler_than_the_bound_is_refused():

@@ -11,10 +11,11 @@ from tensorboard.backend.event_processing.event_accumulator import \
 
 from alf.trainers import reporting
 from alf.trainers.collection_counts import CollectionCounts
+from alf.trainers.collector import ActorReport
 from alf.trainers.episode_stats import EpisodeStats
 
 
-def _reporter(root, is_chief=True, actor_cpu=None, preempting=False,
+def _reporter(root, is_chief=True, actors=None, preempting=False,
               **kw):
     episodes = EpisodeStats(num_envs=2)
     episodes.update(torch.tensor([1.0, 2.0]), torch.tensor([True, True]))
@@ -24,7 +25,7 @@ def _reporter(root, is_chief=True, actor_cpu=None, preempting=False,
                 world_size=1)
     args.update(kw)
     return reporting.Reporter(str(root), episodes, counts,
-                              lambda: actor_cpu, **args)
+                              lambda: actors, **args)
 
 
 def _scalars(folder):
@@ -109,14 +110,17 @@ def test_the_progress_line(tmp_path, lines):
 
 
 def test_the_progress_line_of_actors_and_preemption(tmp_path, lines):
-    r = _reporter(tmp_path, actor_cpu=(0.25, 0.125), preempting=True,
+    r = _reporter(tmp_path, actors=ActorReport(0.25, 0.125, 0.3, 0.05),
+                  preempting=True,
                   log_interval_seconds=0.0)
     r.start_clock(iteration=0, env_steps=0)
     r._counts.agree(steps=16, preempted=True)
     r._counts.agree(steps=32, preempted=False)
     r.log_progress(2, 48, final=False)
-    assert lines[0].endswith(" | actors 0.250 ms CPU/step (env step 0.125)"
-                             " | preempted rank0 50%"), lines[0]
+    assert lines[0].endswith(
+        " | actors 0.250 ms CPU/step (env step 0.125), waiting 30% for a "
+        "policy | learner waiting 5% for unrolls | preempted rank0 50%"), \
+        lines[0]
 
 
 def test_evaluation_time_is_left_out_of_the_throughput(tmp_path,

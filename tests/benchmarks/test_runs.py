@@ -1,0 +1,63 @@
+"""benchmarks/runs.py: the steady rate and a benchmark's clean-up."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+import runs  # noqa: E402
+
+
+def _line(clock: str, steps: int) -> str:
+    return (f"I1126 {clock} 1401 reporting.py:167] iter 3 | env steps "
+            f"{steps}/65536 | 1306 steps/s | recent return -1.00")
+
+
+def test_steady_rate_leaves_out_what_came_before_the_first_line():
+    out = "\n".join(["start-up", _line("06:28:10.000000", 4096),
+                     "an evaluation", _line("06:28:12.500000", 8192),
+                     _line("06:28:14.000000", 12288)])
+    assert runs.steady_rate(out) == pytest.approx(8192 / 4.0)
+
+
+def test_steady_rate_across_midnight_and_without_two_lines():
+    out = "\n".join([_line("23:59:59.000000", 0), _line("00:00:01.000000",
+                                                         1000)])
+    assert runs.steady_rate(out) == pytest.approx(500.0)
+    assert math.isnan(runs.steady_rate(_line("06:28:10.000000", 4096)))
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_stops_the_whole_run_it_started():
+    """A benchmark that `timeout` stops with SIGTERM leaves no process of
+    its run behind (the run's own children included) to load the next
+    benchmark."""
+    marker = "61.4142"
+    script = (
+        f"import sys; sys.path.insert(0, {BENCHMARKS!r}); import runs\n"
+        "runs.terminate_on_sigterm()\n"
+        f"runs.run_in_own_group(['bash', '-c', 'sleep {marker} & "
+        f"sleep {marker}; wait'])\n")
+    bench = subprocess.Popen([sys.executable, "-c", script])
+
+    def sleeping() -> int:  # the run's sleeps, not the benchmark's command
+        out = subprocess.run(["pgrep", "-c", "-f", f"^sleep {marker}"],
+                             capture_output=True, text=True).stdout
+        return int(out or 0)
+    try:
+        deadline = time.time() + 30
+        while sleeping() < 2:
+            assert time.time() < deadline, "the run never started"
+            time.sleep(0.1)
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=30) != 0
+        time.sleep(0.2)
+        assert sleeping() == 0, "a process of the run outlived its benchmark"
+    finally:
+        bench.kill()
+        subprocess.run(["pkill", "-f", f"^sleep {marker}"])
