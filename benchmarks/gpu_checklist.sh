@@ -104,4 +104,11 @@ md metadrive_bev 150 python3 benchmarks/async_collection.py \
     --workload metadrive_bev --repeats 1 --processes 1 --modes async \
     --devices cpu,cuda --gin_param TrainerConfig.num_envs=$(nproc) \
     --gin_param TrainerConfig.unroll_length=$((1024 / $(nproc)))
+# Issue 10's 300k comparison on many cores: ppg_metadrive.gin, 2 processes,
+# one environment per core, sync then async, evaluations as configured
+# (~5 + ~3.5 min: a call of its own, ONLY=metadrive_300k).
+TAIL=40 md metadrive_300k 560 python3 benchmarks/mode_curves.py \
+    --gin_file ppg_metadrive.gin --root /tmp/gc/modes --processes 2 \
+    --gin_param TrainerConfig.num_envs=$(nproc) \
+    --gin_param TrainerConfig.unroll_length=$((4096 / $(nproc)))
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
