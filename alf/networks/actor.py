@@ -50,6 +50,11 @@ class ActorDistributionNetwork(nn.Module):
             ``init_log_std`` and ``state_dependent_std`` do not apply: its
             spread is always per state). The head starts near zero, so every
             state starts at ``Beta(1.69, 1.69)``: std 0.24 of the width.
+        beta_concentration_scale: ``beta`` only: both concentrations are
+            multiplied by this, which keeps each Beta's mean (the
+            deterministic action) and divides its variance by about the
+            scale: less exploration noise, trained with (PPO's ratio and
+            stored log-probabilities use the scaled Beta).
     """
 
     # Buffers, registered only with ``squash`` or ``beta``.
@@ -60,8 +65,14 @@ class ActorDistributionNetwork(nn.Module):
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
-                 state_dependent_std: bool = False, beta: bool = False):
+                 state_dependent_std: bool = False, beta: bool = False,
+                 beta_concentration_scale: float = 1.0):
         super().__init__()
+        if not beta_concentration_scale > 0:
+            raise ConfigError(
+                f"ActorDistributionNetwork.beta_concentration_scale="
+                f"{beta_concentration_scale!r}; valid: a number > 0")
+        self.beta_concentration_scale = float(beta_concentration_scale)
         if beta and (squash or state_dependent_std):
             raise ConfigError(
                 "ActorDistributionNetwork.beta=True is a distribution of its "
@@ -114,7 +125,10 @@ class ActorDistributionNetwork(nn.Module):
         if self.discrete:
             return Categorical(out)
         if self.beta:
-            alpha, beta = (1 + nn.functional.softplus(out)).chunk(2, -1)
+            concentrations = 1 + nn.functional.softplus(out)
+            if self.beta_concentration_scale != 1.0:
+                concentrations = concentrations * self.beta_concentration_scale
+            alpha, beta = concentrations.chunk(2, -1)
             return Beta(alpha, beta, self.action_low, self.action_high)
         log_std = self.log_std
         if self.std_head is not None:

@@ -25,21 +25,22 @@ class DisjointPolicyValueNetwork(nn.Module):
 
     Args:
         observation_space, action_space, hidden_sizes, activation,
-            init_log_std, conv_layers, squash, state_dependent_std, beta:
-            as for `ActorDistributionNetwork`.
+            init_log_std, conv_layers, squash, state_dependent_std, beta,
+            beta_concentration_scale: as for `ActorDistributionNetwork`.
     """
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
-                 state_dependent_std: bool = False, beta: bool = False):
+                 state_dependent_std: bool = False, beta: bool = False,
+                 beta_concentration_scale: float = 1.0):
         super().__init__()
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
                                               init_log_std, conv_layers,
                                               squash, state_dependent_std,
-                                              beta)
+                                              beta, beta_concentration_scale)
         self.aux_value_head = orthogonal_init(
             nn.Linear(self.actor.encoder.output_size, 1), 1.0)
 
