@@ -85,6 +85,28 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
     return found
 
 
+def _beta_actors(actor, schedule) -> List[ActorDistributionNetwork]:
+    """The Beta policies of ``actor`` whose concentrations ``schedule``
+    (PPO's ``beta_concentration_schedule``) scales; refuses a schedule
+    they cannot honour."""
+    if schedule is None:
+        return []
+    if (not isinstance(schedule, (tuple, list)) or len(schedule) != 2 or
+            not all(isinstance(x, (int, float)) for x in schedule) or
+            not 0 <= schedule[0] < 1 or not schedule[1] > 0):
+        raise ConfigError(
+            f"PPOAlgorithm.beta_concentration_schedule={schedule!r}; valid: "
+            "(start, final), a progress 0 <= start < 1 and a scale > 0")
+    found = [m for m in actor.modules()
+             if isinstance(m, ActorDistributionNetwork) and m.beta]
+    if not found:
+        raise ConfigError(
+            f"PPOAlgorithm.beta_concentration_schedule={tuple(schedule)!r} "
+            "needs a Beta policy (ActorDistributionNetwork.beta=True or "
+            "DisjointPolicyValueNetwork.beta=True)")
+    return found
+
+
 def check_minibatch_size(config, world_size: int) -> None:
     """Refuses minibatches larger than the unroll they are drawn from.
 
@@ -183,6 +205,15 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             must shrink and the mean must learn to act on its own (the
             deterministic policy is then the one that was trained). None:
             the log std is free. Needs a Box action space.
+        beta_concentration_schedule: ``(start, final)``: for a Beta policy,
+            the scale of its concentrations
+            (`ActorDistributionNetwork.beta_concentration_scale`) stays at
+            its configured value until progress ``start``, then moves
+            linearly to ``final`` at the end of training, set before each
+            iteration's updates (and sent to the actors with the policy):
+            the exploration noise narrows while the means, the
+            deterministic action, keep learning to act with the noise that
+            is left. None: the configured scale throughout.
     """
 
     # Unrolls ended early: shorter (sync), or with environments ended at
@@ -205,7 +236,9 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  target_kl: Optional[float] = None,
                  normalize_observations: bool = False,
                  reward_scale: float = 1.0, uneven_batches: bool = False,
-                 log_std_bound: Optional[Tuple[float, float]] = None):
+                 log_std_bound: Optional[Tuple[float, float]] = None,
+                 beta_concentration_schedule: Optional[
+                     Tuple[float, float]] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,
@@ -216,6 +249,10 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.value_net = value_network_ctor(observation_space)
         self._log_std_bound = log_std_bound
         self._log_stds = _log_std_parameters(self.actor, log_std_bound)
+        self._betas = _beta_actors(self.actor, beta_concentration_schedule)
+        self._beta_schedule = beta_concentration_schedule
+        self._beta_start_scale = [b.beta_concentration_scale
+                                  for b in self._betas]
         self.add_optimizer(
             Adam(self.parameters(), lr=learning_rate, eps=adam_eps))
         self._lr, self._lr_schedule = learning_rate, lr_schedule
@@ -256,6 +293,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.set_learning_rate(scheduled(self._lr, self._lr_schedule,
                                          progress))
         self._clip_now = scheduled(self._clip, self._clip_schedule, progress)
+        self.scale_beta_concentrations(progress)
         stats = self.train_on_batch(self._prepare_batch(exp))
         self.bound_log_std(progress)
         return stats
@@ -270,6 +308,16 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         with torch.no_grad():
             for p in self._log_stds:
                 p.clamp_(max=bound)
+
+    def scale_beta_concentrations(self, progress: float) -> None:
+        """Sets the Beta policy's concentration scale for ``progress``
+        (``beta_concentration_schedule``; every rank alike)."""
+        if self._beta_schedule is None:
+            return
+        start, final = self._beta_schedule
+        t = min(max((progress - start) / (1.0 - start), 0.0), 1.0)
+        for actor, first in zip(self._betas, self._beta_start_scale):
+            actor.beta_concentration_scale = first + (final - first) * t
 
     def train_on_batch(self, batch: PPOBatch) -> Dict[str, torch.Tensor]:
         """The epochs of minibatch updates on this rank's ``batch``."""

@@ -25,7 +25,7 @@ unwritable file), 130 on Ctrl-C.
 import math
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -80,9 +80,16 @@ def checkpoint_path(root_dir: str, which: str) -> str:
 def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
          sampling: bool = False, record_file: Optional[str] = None,
          gin_params: Sequence[str] = (), seed: int = 0,
-         fps: int = 30) -> List[Dict[str, float]]:
+         fps: int = 30,
+         act: Optional[Callable] = None) -> List[Dict[str, float]]:
     """Plays a run's checkpoint; returns one row per episode (``return``,
     ``length`` and the episode metrics) and writes ``record_file``.
+
+    ``act`` (for scripts that probe a policy, e.g.
+    ``benchmarks/action_probe.py``): ``act(algorithm, observation,
+    raw_observation) -> action`` replaces the policy's choice (the
+    deterministic or, with ``sampling``, the sampling one); torch's RNG is
+    then seeded per episode as for ``sampling``.
 
     Raises:
         AlfError: one line, for a missing run, checkpoint or config, an
@@ -134,7 +141,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
         state = Checkpointer.load(path, CHECKPOINT_LAYOUT)
         algorithm.load_state_dict(state["algorithm"])
         algorithm.eval()
-        rows = [_episode(env, algorithm, seed + e, sampling, writer)
+        rows = [_episode(env, algorithm, seed + e, sampling, writer, act)
                 for e in range(num_episodes)]
     finally:
         env.close()
@@ -144,9 +151,10 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
 
 
 @torch.inference_mode()
-def _episode(env, algorithm, seed: int, sampling: bool, writer):
+def _episode(env, algorithm, seed: int, sampling: bool, writer,
+             act: Optional[Callable] = None):
     ts = env.reset(seed=seed)
-    if sampling:
+    if sampling or act is not None:
         # The episode's own action noise: a replay of episode e alone
         # (--seed e --num_episodes 1) plays it again.
         torch.manual_seed(seed)
@@ -155,9 +163,12 @@ def _episode(env, algorithm, seed: int, sampling: bool, writer):
         if writer:
             writer.add(env.render())
         obs = algorithm.observe(ts.observation, update=False)
-        step = (algorithm.rollout_step(obs) if sampling else
-                algorithm.predict_step(obs))
-        ts = env.step(step.output)
+        if act is not None:
+            action = act(algorithm, obs, ts.observation)
+        else:
+            action = (algorithm.rollout_step(obs) if sampling else
+                      algorithm.predict_step(obs)).output
+        ts = env.step(action)
         total += float(ts.reward[0])
         length += 1
         if bool(ts.done[0]):

@@ -294,3 +294,39 @@ def test_log_std_bound_refuses_a_state_dependent_std():
     with pytest.raises(ConfigError, match="state_dependent_std=True"):
         _gaussian_ppo(log_std_bound=(0.0, -1.0), actor_network_ctor=ctor)
     _gaussian_ppo(actor_network_ctor=ctor)  # without a bound: fine
+
+
+def test_beta_concentration_schedule_waits_then_sharpens_and_reaches_actors():
+    import functools
+
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.utils.errors import ConfigError
+    beta = functools.partial(ActorDistributionNetwork, beta=True,
+                             beta_concentration_scale=2.0)
+    alg = _gaussian_ppo(actor_network_ctor=beta,
+                        beta_concentration_schedule=(0.5, 6.0))
+    exp = Experience(observation=torch.randn(4, 2, 3),
+                     action=torch.rand(4, 2, 2) * 1.8 - 0.9,
+                     reward=torch.randn(4, 2),
+                     terminated=torch.zeros(4, 2, dtype=torch.bool),
+                     truncated=torch.zeros(4, 2, dtype=torch.bool),
+                     next_observation=torch.randn(4, 2, 3),
+                     rollout_info=torch.full((4, 2), -1.0),
+                     policy_version=torch.zeros(4, 2, dtype=torch.int64))
+    obs = torch.randn(5, 3)
+    for progress, scale in ((0.25, 2.0), (0.75, 4.0), (1.0, 6.0),
+                            (1.5, 6.0)):
+        alg.train_on_unroll(exp, progress)
+        assert alg.actor.beta_concentration_scale == pytest.approx(scale)
+    # The scale is part of what actors act with.
+    actor_copy = _gaussian_ppo(actor_network_ctor=beta)
+    actor_copy.load_acting_state(alg.acting_state())
+    assert actor_copy.actor.beta_concentration_scale == pytest.approx(6.0)
+    with torch.no_grad():
+        torch.testing.assert_close(actor_copy.actor(obs).alpha,
+                                   alg.actor(obs).alpha)
+    with pytest.raises(ConfigError, match="needs a Beta policy"):
+        _gaussian_ppo(beta_concentration_schedule=(0.5, 4.0))
+    with pytest.raises(ConfigError, match="0 <= start < 1"):
+        _gaussian_ppo(actor_network_ctor=beta,
+                      beta_concentration_schedule=(1.0, 4.0))

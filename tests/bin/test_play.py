@@ -101,3 +101,24 @@ def test_a_folder_that_is_not_a_run(tmp_path):
     assert res.returncode == 1 and "does not exist" in res.stderr
     res = _play(tmp_path)
     assert res.returncode == 1 and "config.gin is missing" in res.stderr
+
+
+def test_an_act_function_replaces_the_policy(cart_pole_run):
+    """`play`'s ``act`` hook (what benchmarks/action_probe.py plays with)
+    chooses every action: always pushing left ends CartPole within a few
+    steps, and it sees the raw observations the environment returned."""
+    import torch
+
+    from alf.bin.play import play
+    seen = []
+
+    def left(algorithm, obs, raw):
+        seen.append(raw.clone())
+        return torch.zeros(1, dtype=torch.int64)
+
+    rows = play(str(cart_pole_run), num_episodes=2, act=left)
+    assert all(r["length"] <= 12 for r in rows), rows
+    assert len(seen) == sum(r["length"] for r in rows)
+    # Pushed left every step, the cart's velocity (entry 1) only falls.
+    first = torch.cat(seen[:int(rows[0]["length"])])
+    assert (first[1:, 1] < first[:-1, 1]).all(), first
