@@ -245,18 +245,25 @@ def _gaussian_ppo(**kw):
                         gym.spaces.Box(-1, 1, (2, )), cfg, **kw)
 
 
+def _box_unroll(margin: float = 0.0) -> Experience:
+    """A 4-step unroll of 2 environments with 2-d actions inside the box
+    [-1 + margin, 1 - margin]."""
+    return Experience(
+        observation=torch.randn(4, 2, 3),
+        action=(torch.rand(4, 2, 2) * 2 - 1) * (1 - margin),
+        reward=torch.randn(4, 2),
+        terminated=torch.zeros(4, 2, dtype=torch.bool),
+        truncated=torch.zeros(4, 2, dtype=torch.bool),
+        next_observation=torch.randn(4, 2, 3),
+        rollout_info=torch.full((4, 2), -1.0),
+        policy_version=torch.zeros(4, 2, dtype=torch.int64))
+
+
 def test_log_std_bound_moves_linearly_and_clamps_after_training():
     alg = _gaussian_ppo(log_std_bound=(0.0, -2.0))
     with torch.no_grad():
         alg.actor.log_std.fill_(0.5)
-    exp = Experience(observation=torch.randn(4, 2, 3),
-                     action=torch.rand(4, 2, 2) * 2 - 1,
-                     reward=torch.randn(4, 2),
-                     terminated=torch.zeros(4, 2, dtype=torch.bool),
-                     truncated=torch.zeros(4, 2, dtype=torch.bool),
-                     next_observation=torch.randn(4, 2, 3),
-                     rollout_info=torch.full((4, 2), -1.0),
-                     policy_version=torch.zeros(4, 2, dtype=torch.int64))
+    exp = _box_unroll()
     alg.train_on_unroll(exp, progress=0.25)
     assert torch.allclose(alg.actor.log_std, torch.full((2, ), -0.5))
     # Below the bound it is left alone; the bound never passes its end.
@@ -305,14 +312,7 @@ def test_beta_concentration_schedule_waits_then_sharpens_and_reaches_actors():
                              beta_concentration_scale=2.0)
     alg = _gaussian_ppo(actor_network_ctor=beta,
                         beta_concentration_schedule=(0.5, 6.0))
-    exp = Experience(observation=torch.randn(4, 2, 3),
-                     action=torch.rand(4, 2, 2) * 1.8 - 0.9,
-                     reward=torch.randn(4, 2),
-                     terminated=torch.zeros(4, 2, dtype=torch.bool),
-                     truncated=torch.zeros(4, 2, dtype=torch.bool),
-                     next_observation=torch.randn(4, 2, 3),
-                     rollout_info=torch.full((4, 2), -1.0),
-                     policy_version=torch.zeros(4, 2, dtype=torch.int64))
+    exp = _box_unroll(margin=0.1)
     obs = torch.randn(5, 3)
     for progress, scale in ((0.25, 2.0), (0.75, 4.0), (1.0, 6.0),
                             (1.5, 6.0)):
