@@ -207,11 +207,11 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             the log std is free. Needs a Box action space.
         beta_concentration_schedule: ``(start, final)``: for a Beta policy,
             the scale of its concentrations
-            (`ActorDistributionNetwork.beta_concentration_scale`) stays at
+            (`ActorDistributionNetwork.beta_concentration_scale`, a buffer:
+            in checkpoints and sent to the actors) stays at
             its configured value until progress ``start``, then moves
             linearly to ``final`` at the end of training, set before each
-            iteration's updates (and sent to the actors with the policy):
-            the exploration noise narrows while the means, the
+            iteration's updates: the exploration noise narrows while the means, the
             deterministic action, keep learning to act with the noise that
             is left. None: the configured scale throughout.
     """
@@ -251,7 +251,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._log_stds = _log_std_parameters(self.actor, log_std_bound)
         self._betas = _beta_actors(self.actor, beta_concentration_schedule)
         self._beta_schedule = beta_concentration_schedule
-        self._beta_start_scale = [b.beta_concentration_scale
+        self._beta_start_scale = [float(b.concentration_scale)
                                   for b in self._betas]
         self.add_optimizer(
             Adam(self.parameters(), lr=learning_rate, eps=adam_eps))
@@ -317,7 +317,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         start, final = self._beta_schedule
         t = min(max((progress - start) / (1.0 - start), 0.0), 1.0)
         for actor, first in zip(self._betas, self._beta_start_scale):
-            actor.beta_concentration_scale = first + (final - first) * t
+            actor.concentration_scale.fill_(first + (final - first) * t)
 
     def train_on_batch(self, batch: PPOBatch) -> Dict[str, torch.Tensor]:
         """The epochs of minibatch updates on this rank's ``batch``."""

@@ -54,12 +54,17 @@ class ActorDistributionNetwork(nn.Module):
             multiplied by this, which keeps each Beta's mean (the
             deterministic action) and divides its variance by about the
             scale: less exploration noise, trained with (PPO's ratio and
-            stored log-probabilities use the scaled Beta).
+            stored log-probabilities use the scaled Beta). Kept in the
+            buffer ``concentration_scale``, so a schedule's value
+            (`PPOAlgorithm`'s ``beta_concentration_schedule``) reaches the
+            actors and the checkpoints.
     """
 
-    # Buffers, registered only with ``squash`` or ``beta``.
+    # Buffers, registered only with ``squash`` or ``beta`` (the scale:
+    # ``beta``).
     action_low: torch.Tensor
     action_high: torch.Tensor
+    concentration_scale: torch.Tensor
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
@@ -72,7 +77,6 @@ class ActorDistributionNetwork(nn.Module):
             raise ConfigError(
                 f"ActorDistributionNetwork.beta_concentration_scale="
                 f"{beta_concentration_scale!r}; valid: a number > 0")
-        self.beta_concentration_scale = float(beta_concentration_scale)
         if beta and (squash or state_dependent_std):
             raise ConfigError(
                 "ActorDistributionNetwork.beta=True is a distribution of its "
@@ -104,6 +108,9 @@ class ActorDistributionNetwork(nn.Module):
                 # Constants of the space: in the state dict only when used.
                 self.register_buffer("action_low", low.flatten())
                 self.register_buffer("action_high", high.flatten())
+            if self.beta:
+                self.register_buffer("concentration_scale", torch.tensor(
+                    float(beta_concentration_scale)))
         else:
             raise ValueError(f"unsupported action space {action_space}; "
                              "valid: Discrete or Box")
@@ -113,6 +120,14 @@ class ActorDistributionNetwork(nn.Module):
         if state_dependent_std and not self.discrete:
             self.std_head = orthogonal_init(
                 nn.Linear(self.encoder.output_size, out), 0.01)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "concentration_scale"
+        if self.beta and key not in state_dict:
+            # A checkpoint from before the scale was kept: it trained with
+            # the scale this network was configured with.
+            state_dict[key] = self.concentration_scale.clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, observation: torch.Tensor):
         """Returns the `Categorical`, `DiagGaussian`, `TanhGaussian` or
@@ -125,10 +140,8 @@ class ActorDistributionNetwork(nn.Module):
         if self.discrete:
             return Categorical(out)
         if self.beta:
-            concentrations = 1 + nn.functional.softplus(out)
-            if self.beta_concentration_scale != 1.0:
-                concentrations = concentrations * self.beta_concentration_scale
-            alpha, beta = concentrations.chunk(2, -1)
+            alpha, beta = ((1 + nn.functional.softplus(out)) *
+                           self.concentration_scale).chunk(2, -1)
             return Beta(alpha, beta, self.action_low, self.action_high)
         log_std = self.log_std
         if self.std_head is not None:

@@ -317,11 +317,11 @@ def test_beta_concentration_schedule_waits_then_sharpens_and_reaches_actors():
     for progress, scale in ((0.25, 2.0), (0.75, 4.0), (1.0, 6.0),
                             (1.5, 6.0)):
         alg.train_on_unroll(exp, progress)
-        assert alg.actor.beta_concentration_scale == pytest.approx(scale)
+        assert float(alg.actor.concentration_scale) == pytest.approx(scale)
     # The scale is part of what actors act with.
     actor_copy = _gaussian_ppo(actor_network_ctor=beta)
     actor_copy.load_acting_state(alg.acting_state())
-    assert actor_copy.actor.beta_concentration_scale == pytest.approx(6.0)
+    assert float(actor_copy.actor.concentration_scale) == pytest.approx(6.0)
     with torch.no_grad():
         torch.testing.assert_close(actor_copy.actor(obs).alpha,
                                    alg.actor(obs).alpha)

@@ -421,3 +421,27 @@ def test_beta_concentration_scale_keeps_the_mean_and_narrows_the_noise():
     with pytest.raises(ConfigError, match="beta_concentration_scale=0"):
         ActorDistributionNetwork(obs_space, space, beta=True,
                                  beta_concentration_scale=0)
+
+
+def test_the_concentration_scale_is_in_checkpoints_and_old_ones_load():
+    import gymnasium as gym
+
+    from alf.networks.actor import ActorDistributionNetwork
+    obs_space = gym.spaces.Box(-1, 1, (3, ))
+    space = gym.spaces.Box(-1.0, 1.0, (2, ))
+    trained = ActorDistributionNetwork(obs_space, space, beta=True)
+    trained.concentration_scale.fill_(5.0)  # where a schedule left it
+    fresh = ActorDistributionNetwork(obs_space, space, beta=True)
+    fresh.load_state_dict(trained.state_dict())
+    assert float(fresh.concentration_scale) == 5.0
+    # A checkpoint from before the scale was kept loads, strictly, with
+    # the configured scale.
+    old = {k: v for k, v in trained.state_dict().items()
+           if k != "concentration_scale"}
+    configured = ActorDistributionNetwork(obs_space, space, beta=True,
+                                          beta_concentration_scale=2.0)
+    configured.load_state_dict(old)
+    assert float(configured.concentration_scale) == 2.0
+    # Not a Beta policy: no such buffer.
+    assert "concentration_scale" not in ActorDistributionNetwork(
+        obs_space, space).state_dict()
