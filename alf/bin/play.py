@@ -4,7 +4,9 @@ r"""Play a trained policy: a per-episode table, optionally a video.
         [--num_episodes 3] [--sampling] [--record_file out.gif|out.mp4] \
         [--gin_param ...] [--seed 0]
 
-Rebuilds the run from ``DIR/config.gin`` (plus ``--gin_param``), loads a
+Rebuilds the run from ``DIR/config.gin`` (or, for a checkpoint taken after
+the run was resumed with other bindings, the ``config-resumed-S.gin`` it
+trained with; plus ``--gin_param``), loads a
 checkpoint of ``DIR/ckpt`` (weights only: a checkpoint cannot run code),
 plays ``--num_episodes`` episodes in one environment in this process and
 prints each one's return, length and the environment's episode metrics
@@ -24,8 +26,9 @@ unwritable file), 130 on Ctrl-C.
 """
 import math
 import os
+import re
 import sys
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -56,17 +59,25 @@ def checkpoint_path(root_dir: str, which: str) -> str:
     Raises:
         ConfigError: naming what exists instead.
     """
+    return _checkpoint(root_dir, which)[0]
+
+
+def _checkpoint(root_dir: str, which: str) -> Tuple[str, int]:
+    """`checkpoint_path` and the env steps the checkpoint was taken at."""
     from alf.trainers.checkpointer import Checkpointer
     ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
     saved, best = ckpt.saved(), ckpt.best()
     have = ", ".join(["latest"] + (["best"] if best else []) +
                      [str(s) for s in saved])
+    path, steps = None, -1
     if which == "latest":
         path = ckpt.latest()
+        steps = max((s for s, p in saved.items() if p == path), default=-1)
     elif which == "best":
-        path = best["path"] if best else None
+        if best:
+            path, steps = best["path"], int(best["env_steps"])
     elif which.isdigit():
-        path = saved.get(int(which))
+        path, steps = saved.get(int(which)), int(which)
     else:
         raise ConfigError(f"--checkpoint={which!r}: use latest, best or a "
                           f"number of env steps ({have})")
@@ -74,7 +85,21 @@ def checkpoint_path(root_dir: str, which: str) -> str:
         raise ConfigError(f"--checkpoint={which}: no such checkpoint in "
                           f"{ckpt.ckpt_dir} (there: "
                           f"{have if saved else 'none'})")
-    return path
+    return path, steps
+
+
+def run_config(root_dir: str, env_steps: int) -> str:
+    """The config a run trained its checkpoint at ``env_steps`` with:
+    ``config.gin``, or the ``config-resumed-S.gin`` of the last resume
+    before it (a run resumed at S with other bindings writes that file;
+    its checkpoints after S are the new config's)."""
+    resumed = []
+    for name in os.listdir(root_dir):
+        m = re.fullmatch(r"config-resumed-(\d+)\.gin", name)
+        if m and int(m.group(1)) < env_steps:
+            resumed.append((int(m.group(1)), name))
+    return os.path.join(root_dir, max(resumed)[1] if resumed
+                        else "config.gin")
 
 
 def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
@@ -108,9 +133,9 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     if not os.path.isfile(config_file):
         raise ConfigError(f"{config_file} is missing: --root_dir must be a "
                           "run's folder (alf.bin.train writes it)")
-    path = checkpoint_path(root_dir, checkpoint)
+    path, steps = _checkpoint(root_dir, checkpoint)
     writer = _VideoWriter(record_file, fps) if record_file else None
-    parse_config([config_file], gin_params)
+    parse_config([run_config(root_dir, steps)], gin_params)
     cfg = TrainerConfig()
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).

@@ -122,3 +122,18 @@ def test_an_act_function_replaces_the_policy(cart_pole_run):
     # Pushed left every step, the cart's velocity (entry 1) only falls.
     first = torch.cat(seen[:int(rows[0]["length"])])
     assert (first[1:, 1] < first[:-1, 1]).all(), first
+
+
+def test_a_checkpoint_plays_with_the_config_it_trained_with(tmp_path):
+    """A run resumed at 2048 and at 4096 with other bindings: checkpoints
+    up to 2048 are config.gin's, later ones the last resume's."""
+    from alf.bin.play import run_config
+    for name in ("config.gin", "config-resumed-2048.gin",
+                 "config-resumed-4096.gin"):
+        (tmp_path / name).write_text("")
+    expect = {1024: "config.gin", 2048: "config.gin",
+              3072: "config-resumed-2048.gin",
+              4096: "config-resumed-2048.gin",
+              8192: "config-resumed-4096.gin"}
+    for steps, name in expect.items():
+        assert run_config(str(tmp_path), steps) == str(tmp_path / name)
