@@ -41,6 +41,15 @@ cores spent on nothing but this run's simulation and learning) and the
 ratio to it, for every variant (``E`` from the async runs with the same
 number of processes).
 
+``latency`` is ``ppg_metadrive.gin``'s learner (its networks, batch and
+epochs) with 16 environments that take ``LATENCY_MS`` of sleep per step
+(Pendulum behind `alf.environments.straggler`'s ``delay``): a simulator
+whose cost is latency, not CPU, so that a 2-core machine shows what
+asynchronous collection's structure would do with 16 cores' worth of
+environments. Its report adds the ideal, ``16 x 1000 / (LATENCY_MS +
+actor ms)`` (every actor stepping back to back, never waiting), and the
+ratio to it.
+
 ``metadrive_bev`` is ``ppg_metadrive_bev.gin`` (no bare run: its
 simulator renders top-down frames). ``cart_pole`` is ``ppo_cart_pole.gin``
 with ``async_env`` (one subprocess per environment in sync mode);
@@ -53,6 +62,8 @@ import tempfile
 
 from runs import terminate_on_sigterm, throughput_params, train_throughput
 
+LATENCY_MS = 10.0
+
 WORKLOADS = {
     # gin file, env steps per run, extra bindings
     # PPG trains its auxiliary phase every 4th iteration: 12 iterations
@@ -64,6 +75,16 @@ WORKLOADS = {
     "metadrive_bev": ("ppg_metadrive_bev.gin", 12288,
                       ["TrainerConfig.num_eval_episodes=1",
                        "TrainerConfig.held_out_env_load_fn=None"]),
+    "latency": ("ppg_metadrive.gin", 65536,
+                ["TrainerConfig.env_load_fn=@straggler_load",
+                 'TrainerConfig.env_name="Pendulum-v1"',
+                 f"straggler_load.ranks={tuple(range(64))}",
+                 f"straggler_load.delay={LATENCY_MS / 1000}",
+                 "TrainerConfig.num_envs=16",
+                 "TrainerConfig.unroll_length=256",
+                 "TrainerConfig.num_eval_episodes=1",
+                 "TrainerConfig.held_out_env_load_fn=None",
+                 "TrainerConfig.best_metric=None"]),
     "cart_pole": ("ppo_cart_pole.gin", 40960,
                   ["TrainerConfig.async_env=True",
                    "TrainerConfig.num_eval_episodes=1"]),
@@ -185,6 +206,23 @@ def main():
             r.close()
     print(f"load after: {os.getloadavg()[0]:.2f}\n")
     report(variants, rates, learner, actors, waits, bare, cores)
+    if args.workload == "latency":
+        report_latency(variants, rates, actors, params)
+
+
+def report_latency(variants, rates, actors, params) -> None:
+    """The ``latency`` workload's ideal and each async variant's ratio."""
+    envs = int([p for p in params if p.startswith(
+        "TrainerConfig.num_envs=")][-1].split("=")[1])
+    for v in variants:
+        if v[1] != "async":
+            continue
+        actor_ms = statistics.mean(a for a, _ in actors[v])
+        ideal = envs * 1000 / (LATENCY_MS + actor_ms)
+        rate = statistics.mean(rates[v])
+        print(f"{label(v)}: ideal {ideal:.0f} env steps/s ({envs} x 1000 / "
+              f"({LATENCY_MS:.0f} ms + actor {actor_ms:.3f} ms)), reached "
+              f"{rate / ideal:.2f}")
 
 
 def label(variant) -> str:
