@@ -37,18 +37,26 @@ from absl import app, flags
 
 from alf.utils.errors import AlfError, ConfigError, one_line
 
-flags.DEFINE_string("root_dir", None, "The run's folder (config.gin, ckpt/).")
-flags.DEFINE_string("checkpoint", "latest", "latest, best (the best "
-                    "evaluation's, ckpt/best.pt) or N (ckpt/ckpt-N.pt).")
-flags.DEFINE_integer("num_episodes", 3, "Episodes to play.", lower_bound=1)
-flags.DEFINE_bool("sampling", False, "Act with the sampling policy that "
-                  "collected training data, not the deterministic one.")
-flags.DEFINE_string("record_file", None, "Write a video: .gif or .mp4.")
-flags.DEFINE_integer("fps", 30, "Frames per second of the video.",
-                     lower_bound=1)
-flags.DEFINE_integer("seed", 0, "Episode e starts from seed + e.")
-flags.DEFINE_multi_string("gin_param", None, "Gin bindings applied after "
-                          "the run's config.gin.")
+
+def define_flags() -> None:
+    """The CLI's flags: defined when run as a program, not on import, so
+    that `play` can be imported beside another alf CLI (``alf.bin.train``
+    defines ``--root_dir`` too)."""
+    flags.DEFINE_string("root_dir", None,
+                        "The run's folder (config.gin, ckpt/).")
+    flags.DEFINE_string("checkpoint", "latest", "latest, best (the best "
+                        "evaluation's, ckpt/best.pt) or N (ckpt/ckpt-N.pt).")
+    flags.DEFINE_integer("num_episodes", 3, "Episodes to play.",
+                         lower_bound=1)
+    flags.DEFINE_bool("sampling", False, "Act with the sampling policy that "
+                      "collected training data, not the deterministic one.")
+    flags.DEFINE_string("record_file", None, "Write a video: .gif or .mp4.")
+    flags.DEFINE_integer("fps", 30, "Frames per second of the video.",
+                         lower_bound=1)
+    flags.DEFINE_integer("seed", 0, "Episode e starts from seed + e.")
+    flags.DEFINE_multi_string("gin_param", None, "Gin bindings applied "
+                              "after the run's config.gin.")
+
 
 VIDEO_FORMATS = (".gif", ".mp4")
 
@@ -299,5 +307,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     flags.mark_flag_as_required("root_dir")
     app.run(main)

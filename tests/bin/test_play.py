@@ -137,3 +137,13 @@ def test_a_checkpoint_plays_with_the_config_it_trained_with(tmp_path):
               8192: "config-resumed-4096.gin"}
     for steps, name in expect.items():
         assert run_config(str(tmp_path), steps) == str(tmp_path / name)
+
+
+def test_play_imports_beside_the_other_clis():
+    """`play` is for scripts too: importing it after alf.bin.train or
+    alf.bin.compare (which define --root_dir) must not clash."""
+    for cli in ("train", "compare"):
+        res = subprocess.run(
+            [sys.executable, "-c", f"import alf.bin.{cli}, alf.bin.play"],
+            capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert res.returncode == 0, res.stderr[-2000:]
