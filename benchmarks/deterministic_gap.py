@@ -4,7 +4,7 @@ r"""Deterministic against sampling policy on the same checkpoints of a run.
         [--checkpoints 'saved,best'] [--episodes 10] [--sampling_episodes 20] \
         [--held_out_param suite_metadrive.load.start_seed=0 \
          --held_out_param suite_metadrive.load.num_scenarios=200] \
-        [--held_out_episodes 20]
+        [--held_out_episodes 20] [--gin_param ...]
 
 Each (checkpoint, scenario set, policy) is one ``python -m alf.bin.play``
 (episode ``e`` from seed ``e``), ``--parallel`` at a time. With MetaDrive,
@@ -80,10 +80,14 @@ def main() -> None:
     parser.add_argument("--metrics", default="route_completion,success_rate",
                         help="comma-separated episode metrics to print")
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--gin_param", action="append", default=[],
+                        help="a binding for every play (repeatable), e.g. "
+                        "the noise a run's checkpoints ended training with")
     args = parser.parse_args()
-    sets = [("training", [], args.episodes, args.sampling_episodes)]
+    sets = [("training", args.gin_param, args.episodes,
+             args.sampling_episodes)]
     if args.held_out_param:
-        sets.append(("held out", args.held_out_param,
+        sets.append(("held out", args.gin_param + args.held_out_param,
                      args.held_out_episodes, args.held_out_episodes))
     jobs = {}
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
