@@ -1,5 +1,6 @@
 """alf.bin.play: the per-episode table, videos that decode to one frame per
 step, the checkpoint choice and one-line errors."""
+import json
 import os
 import re
 import subprocess
@@ -107,21 +108,28 @@ def test_an_act_function_replaces_the_policy(cart_pole_run):
     """`play`'s ``act`` hook (what benchmarks/action_probe.py plays with)
     chooses every action: always pushing left ends CartPole within a few
     steps, and it sees the raw observations the environment returned."""
-    import torch
-
-    from alf.bin.play import play
-    seen = []
-
-    def left(algorithm, obs, raw):
-        seen.append(raw.clone())
-        return torch.zeros(1, dtype=torch.int64)
-
-    rows = play(str(cart_pole_run), num_episodes=2, act=left)
-    assert all(r["length"] <= 12 for r in rows), rows
-    assert len(seen) == sum(r["length"] for r in rows)
-    # Pushed left every step, the cart's velocity (entry 1) only falls.
-    first = torch.cat(seen[:int(rows[0]["length"])])
-    assert (first[1:, 1] < first[:-1, 1]).all(), first
+    # In a process of its own, as a script would: this one's gin registry
+    # holds what other tests imported.
+    script = f"""
+import json, torch
+from alf.bin.play import play
+seen = []
+def left(algorithm, obs, raw):
+    seen.append(raw[0, 1].item())  # the cart's velocity
+    return torch.zeros(1, dtype=torch.int64)
+rows = play({str(cart_pole_run)!r}, num_episodes=2, act=left)
+print(json.dumps({{"lengths": [r["length"] for r in rows], "v": seen}}))
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, timeout=150, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    lengths, velocity = out["lengths"], out["v"]
+    assert all(n <= 12 for n in lengths), lengths
+    assert len(velocity) == sum(lengths)
+    # Pushed left every step, the cart's velocity only falls.
+    first = velocity[:int(lengths[0])]
+    assert all(b < a for a, b in zip(first, first[1:])), first
 
 
 def test_a_checkpoint_plays_with_the_config_it_trained_with(tmp_path):
