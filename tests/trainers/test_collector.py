@@ -106,13 +106,13 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs():
                     p.add_(0.3 * torch.randn_like(p))
             policies[u + 1] = copy.deepcopy(alg.actor)
             collector.publish(u + 1)
-        # A learner that trains in no time waits for its unrolls; actors
-        # one version ahead of it never wait for a policy.
+        # A learner that trains in no time spends its time waiting for
+        # unrolls (its actors may wait too: fast ones for the version that
+        # follows the slowest one's unroll).
         report = collector.actor_report()
     finally:
         collector.close()
-    assert report.learner_wait > report.actor_wait, report
-    assert report.actor_wait < 0.5, report
+    assert report.learner_wait > 0.5, report
     lags = []
     for u, exp in enumerate(unrolls):
         lag = u - exp.policy_version
