@@ -12,7 +12,8 @@ import gin
 
 from alf.utils.errors import ConfigError, one_line
 
-__all__ = ["configurable", "find_gin_file", "parse_gin", "examples_dir"]
+__all__ = ["configurable", "find_gin_file", "parse_gin", "examples_dir",
+           "qualify_saved_selectors"]
 
 configurable = gin.configurable
 
@@ -20,6 +21,24 @@ configurable = gin.configurable
 def examples_dir() -> str:
     """The packaged folder of example gin files (``alf/examples``)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+
+
+# A saved config names each configurable by its shortest unambiguous
+# selector in the process that wrote it. Before suite_metadrive was always
+# registered, a gymnasium run wrote its loader as bare ``load``, which is
+# ambiguous now that both suites' ``load`` are known.
+_BARE_LOAD_BINDING = re.compile(r"^((?:[\w.]+/)*)load\.(?=\w+\s*=)", re.M)
+_BARE_LOAD_REFERENCE = re.compile(r"@((?:[\w.]+/)*)load\b(?![.\w])")
+
+
+def qualify_saved_selectors(text: str) -> str:
+    """``text`` (a run's saved ``config.gin``) with the bare ``load``
+    selectors of older runs spelt ``suite_gym.load``: the only ``load``
+    registered when they were written (alf always registered
+    `alf.environments.suite_gym`; a second ``load`` would have made gin
+    write the full name)."""
+    text = _BARE_LOAD_BINDING.sub(r"\1suite_gym.load.", text)
+    return _BARE_LOAD_REFERENCE.sub(r"@\1suite_gym.load", text)
 
 
 def find_gin_file(name: str) -> str:

@@ -28,7 +28,7 @@ import torch
 
 from alf.bin.play import checkpoint_path
 from alf.trainers.checkpointer import Checkpointer
-from alf.trainers.config_parser import parse_config
+from alf.trainers.config_parser import parse_run_config
 from alf.trainers.evaluator import (Evaluator, evaluate_together,
                                     make_evaluator)
 from alf.trainers.run_state import CHECKPOINT_LAYOUT
@@ -54,7 +54,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--gin_param", action="append", default=[])
     args = parser.parse_args()
-    parse_config([os.path.join(args.root_dir, "config.gin")], args.gin_param)
+    parse_run_config(os.path.join(args.root_dir, "config.gin"), args.gin_param)
     cfg = TrainerConfig()
     torch.set_num_threads(cfg.torch_num_threads)
     load_fns = [cfg.env_load_fn] + ([cfg.held_out_env_load_fn]

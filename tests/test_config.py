@@ -220,3 +220,46 @@ def test_an_invalid_choice_is_refused_at_parse_time(value):
 def test_valid_choices_parse(value):
     alf.trainers.parse_config(["ppo_cart_pole.gin"], [
         f"make_ddp_performer.find_unused_parameters = {value}"])
+
+
+# ---- saved configs ------------------------------------------------------------
+def test_older_runs_bare_load_selectors_are_qualified():
+    """A gymnasium run saved before suite_metadrive was always registered
+    spells its loader ``load``: read back, that means suite_gym's."""
+    from alf.config import qualify_saved_selectors
+    old = ("load.clip_action = True\n"
+           "eval/load.max_episode_steps = 200\n"
+           "TrainerConfig.env_load_fn = @load\n"
+           "TrainerConfig.held_out_env_load_fn = @held_out/load\n"
+           "suite_metadrive.load.horizon = 1000\n"
+           "held_out/suite_metadrive.load.num_scenarios = 200\n"
+           "TrainerConfig.eval_fn = @suite_gym.load\n"
+           "reload.x = 1\n")
+    assert qualify_saved_selectors(old) == (
+        "suite_gym.load.clip_action = True\n"
+        "eval/suite_gym.load.max_episode_steps = 200\n"
+        "TrainerConfig.env_load_fn = @suite_gym.load\n"
+        "TrainerConfig.held_out_env_load_fn = @held_out/suite_gym.load\n"
+        "suite_metadrive.load.horizon = 1000\n"
+        "held_out/suite_metadrive.load.num_scenarios = 200\n"
+        "TrainerConfig.eval_fn = @suite_gym.load\n"
+        "reload.x = 1\n")
+    new = qualify_saved_selectors(old)
+    assert qualify_saved_selectors(new) == new
+
+
+def test_a_saved_gymnasium_config_parses_with_metadrive_registered(tmp_path):
+    """Both suites' ``load`` are registered wherever configs are parsed, so
+    an old file's bare ``load`` would be ambiguous without qualifying."""
+    from alf.trainers.config_parser import parse_run_config
+    from alf.trainers.trainer_config import TrainerConfig
+    path = tmp_path / "config.gin"
+    path.write_text("load.max_episode_steps = 77\n"
+                    "TrainerConfig.env_name = 'CartPole-v1'\n"
+                    "TrainerConfig.algorithm_ctor = @PPOAlgorithm\n")
+    with pytest.raises(ConfigError, match="Ambiguous selector .load."):
+        parse_config([str(path)])
+    parse_run_config(str(path), ["TrainerConfig.seed = 5"])
+    cfg = TrainerConfig()
+    assert cfg.seed == 5 and cfg.env_name == "CartPole-v1"
+    assert gin.query_parameter("suite_gym.load.max_episode_steps") == 77

@@ -132,7 +132,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     from alf.environments.batched import check_environment
     from alf.trainers.checkpointer import Checkpointer
     from alf.trainers.run_state import CHECKPOINT_LAYOUT
-    from alf.trainers.config_parser import parse_config
+    from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
 
     config_file = os.path.join(root_dir, "config.gin")
@@ -143,7 +143,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
                           "run's folder (alf.bin.train writes it)")
     path, steps = _checkpoint(root_dir, checkpoint)
     writer = _VideoWriter(record_file, fps) if record_file else None
-    parse_config([run_config(root_dir, steps)], gin_params)
+    parse_run_config(run_config(root_dir, steps), gin_params)
     cfg = TrainerConfig()
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).

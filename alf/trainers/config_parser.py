@@ -10,8 +10,13 @@ from typing import Iterable, List, Optional
 import alf.algorithms  # noqa: F401  (registers configurables)
 import alf.environments.straggler  # noqa: F401
 import alf.environments.suite_gym  # noqa: F401
+# Registered in every process, whatever it trains (MetaDrive itself is
+# imported only where an environment is built): gin writes a saved config's
+# selectors unambiguous for the set of configurables registered when it is
+# written, so a run's config.gin must be written and read with the same set.
+import alf.environments.suite_metadrive  # noqa: F401
 import alf.trainers.trainer  # noqa: F401
-from alf.config import parse_gin
+from alf.config import parse_gin, qualify_saved_selectors
 
 
 def parse_config(gin_files: Iterable[str],
@@ -25,3 +30,21 @@ def parse_config(gin_files: Iterable[str],
     the gin files; a one-line ``ConfigError`` for any mistake in them.
     """
     return parse_gin(gin_files, gin_params)
+
+
+def parse_run_config(path: str,
+                     gin_params: Optional[Iterable[str]] = None) -> None:
+    """Clears gin and parses a run's saved config (``config.gin``) then
+    ``gin_params``; the bare selectors of older runs' files are qualified
+    first (`alf.config.qualify_saved_selectors`).
+
+    Raises:
+        ConfigError: one line, as `parse_config`.
+    """
+    with open(path) as f:
+        text = f.read()
+    qualified = qualify_saved_selectors(text)
+    if qualified == text:
+        parse_config([path], gin_params)
+    else:
+        parse_config([], [qualified, *(gin_params or [])])

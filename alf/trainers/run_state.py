@@ -13,6 +13,7 @@ import torch
 from absl import logging
 
 from alf.algorithms.rl_algorithm import RLAlgorithm
+from alf.config import qualify_saved_selectors
 from alf.trainers.checkpointer import Checkpointer, describe_mismatch
 from alf.trainers.episode_stats import EpisodeStats
 from alf.utils import distributed
@@ -191,7 +192,7 @@ class RunState:
         path = os.path.join(self.root_dir, "config.gin")
         if os.path.exists(path):
             with open(path) as f:
-                if f.read() == text:
+                if qualify_saved_selectors(f.read()) == text:
                     return
             # Never overwrite what an earlier run wrote.
             path = os.path.join(self.root_dir,

@@ -155,3 +155,18 @@ def test_play_imports_beside_the_other_clis():
             [sys.executable, "-c", f"import alf.bin.{cli}, alf.bin.play"],
             capture_output=True, text=True, timeout=120, cwd=REPO)
         assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_an_older_runs_config_still_plays(cart_pole_run, tmp_path):
+    """Runs now save unambiguous selectors (``suite_gym.load``); a run saved
+    before, with bare ``load``, plays in a process where MetaDrive's
+    ``load`` is registered too."""
+    import shutil
+    old = tmp_path / "old_run"
+    shutil.copytree(cart_pole_run, old)
+    text = (old / "config.gin").read_text()
+    assert "suite_gym.load.clip_action" in text
+    (old / "config.gin").write_text(text.replace("suite_gym.load.", "load."))
+    res = _play(old, "--num_episodes", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(_lengths(res.stdout)) == 1

@@ -140,3 +140,25 @@ def test_operative_config_is_never_overwritten(tmp_path):
         assert "seed = 3" in (tmp_path / "config-resumed-64.gin").read_text()
     finally:
         gin.clear_config()
+
+
+def test_an_older_runs_config_with_bare_selectors_is_the_same_config(tmp_path):
+    """A run saved before suite_metadrive was always registered spells its
+    loader ``load``; resumed with the same settings it is the same config
+    and writes no config-resumed file."""
+    import alf.trainers.config_parser  # noqa: F401  (both suites' ``load``)
+    from alf.environments import suite_gym
+    gin.clear_config()
+    try:
+        gin.bind_parameter("suite_gym.load.max_episode_steps", 50)
+        suite_gym.load("CartPole-v1").close()  # now in the operative config
+        run_state = _run_state(tmp_path)
+        run_state.save_operative_config(env_steps=0)
+        text = (tmp_path / "config.gin").read_text()
+        assert "suite_gym.load.max_episode_steps = 50" in text
+        (tmp_path / "config.gin").write_text(
+            text.replace("suite_gym.load.", "load."))
+        run_state.save_operative_config(env_steps=64)
+        assert sorted(os.listdir(tmp_path)) == ["config.gin"]
+    finally:
+        gin.clear_config()
