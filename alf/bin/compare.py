@@ -38,32 +38,39 @@ from absl import app, flags
 
 from alf.utils.errors import AlfError, one_line
 
-flags.DEFINE_string("root_dir", None, "Folder for the runs and the results.")
-flags.DEFINE_multi_string("gin_file", None, "Gin file(s), as for train.py.")
-flags.DEFINE_multi_string("gin_param", None, "Gin binding(s) for every run.")
-flags.DEFINE_multi_string("a_param", None, "Gin binding(s) for side A's runs "
-                          "only, applied after --gin_param.")
-flags.DEFINE_multi_string("b_param", None, "Gin binding(s) for side B's runs "
-                          "only, applied after --gin_param.")
-flags.DEFINE_string("a_name", None, "Side A's name: its folder under "
-                    "--root_dir and its label. Default: 'a' with --a_param or "
-                    "--b_param, else 'single' (ddp{N} for N processes).")
-flags.DEFINE_string("b_name", None, "Side B's name: its folder under "
-                    "--root_dir and its label. Default: 'b' with --a_param or "
-                    "--b_param, else ddp{N} ('single' for 1 process).")
-flags.DEFINE_integer("a_processes", None, "Processes per run of side A (N > 1:"
-                     " --distributed multi-process --num_processes N). "
-                     "Default 1.", lower_bound=1)
-flags.DEFINE_integer("b_processes", None, "Processes per run of side B. "
-                     "Default: --num_processes, or 1 with --a_param or "
-                     "--b_param.", lower_bound=1)
-flags.DEFINE_integer("num_processes", 2, "Side B's DDP world size in the "
-                     "default 1-vs-N form (not with --a_param, --b_param or "
-                     "--b_processes).", lower_bound=2)
-flags.DEFINE_integer("seeds", 3, "Seeds 0..seeds-1 per side.", lower_bound=1)
-flags.DEFINE_bool("parallel", False, "Run 2 trainings at a time.")
-flags.DEFINE_float("tol_rel", 0.1, "Tolerance, relative to side A's mean.")
-flags.DEFINE_float("tol_abs", 25.0, "Tolerance, absolute (in return units).")
+def define_flags() -> None:
+    """The CLI's flags: defined when run as a program, not on import, so
+    that scripts (benchmarks/runs.py) can import this module beside
+    another alf CLI (each defines ``--root_dir``)."""
+    flags.DEFINE_string("root_dir", None, "Folder for the runs and the results.")
+    flags.DEFINE_multi_string("gin_file", None, "Gin file(s), as for train.py.")
+    flags.DEFINE_multi_string("gin_param", None, "Gin binding(s) for every run.")
+    flags.DEFINE_multi_string("a_param", None, "Gin binding(s) for side A's runs "
+                              "only, applied after --gin_param.")
+    flags.DEFINE_multi_string("b_param", None, "Gin binding(s) for side B's runs "
+                              "only, applied after --gin_param.")
+    flags.DEFINE_string("a_name", None, "Side A's name: its folder under "
+                        "--root_dir and its label. Default: 'a' with --a_param or "
+                        "--b_param, else 'single' (ddp{N} for N processes).")
+    flags.DEFINE_string("b_name", None, "Side B's name: its folder under "
+                        "--root_dir and its label. Default: 'b' with --a_param or "
+                        "--b_param, else ddp{N} ('single' for 1 process).")
+    flags.DEFINE_integer("a_processes", None, "Processes per run of side A (N > 1:"
+                         " --distributed multi-process --num_processes N). "
+                         "Default 1.", lower_bound=1)
+    flags.DEFINE_integer("b_processes", None, "Processes per run of side B. "
+                         "Default: --num_processes, or 1 with --a_param or "
+                         "--b_param.", lower_bound=1)
+    flags.DEFINE_integer("num_processes", 2, "Side B's DDP world size in the "
+                         "default 1-vs-N form (not with --a_param, --b_param or "
+                         "--b_processes).", lower_bound=2)
+    flags.DEFINE_integer("seeds", 3, "Seeds 0..seeds-1 per side.", lower_bound=1)
+    flags.DEFINE_bool("parallel", False, "Run 2 trainings at a time.")
+    flags.DEFINE_float("tol_rel", 0.1, "Tolerance, relative to side A's mean.")
+    flags.DEFINE_float("tol_abs", 25.0, "Tolerance, absolute (in return "
+                       "units).")
+
+
 FLAGS = flags.FLAGS
 
 EXIT_AGREE, EXIT_ERROR, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 3, 130
@@ -489,4 +496,5 @@ def main(argv: List[str]) -> int:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(lambda argv: sys.exit(main(argv)))

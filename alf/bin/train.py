@@ -22,28 +22,37 @@ from alf.utils import process
 from alf.utils.errors import AlfError, one_line
 from alf.utils.process import EXIT_ERROR
 
-flags.DEFINE_string("root_dir", None, "Folder for summaries, eval.csv, "
-                    "config.gin and checkpoints; an existing run is resumed.")
-flags.DEFINE_multi_string("gin_file", None, "Gin file(s): a path or the name "
-                          "of a file in the current folder or alf/examples.")
-flags.DEFINE_multi_string("gin_param", None, "Gin binding(s), e.g. "
-                          "'TrainerConfig.num_env_steps=20000'.")
-flags.DEFINE_enum("distributed", "none", ["none", "multi-gpu",
-                                           "multi-process"],
-                  "none: one process; multi-gpu: one process per visible GPU "
-                  "(NCCL); multi-process: --num_processes CPU processes "
-                  "(gloo).")
-flags.DEFINE_integer("num_processes", 2, "Processes for --distributed "
-                     "multi-process.", lower_bound=1)
-flags.DEFINE_integer("max_restarts", 0, "With --distributed: how many times "
-                     "a run whose rank crashed, was killed or stalled starts "
-                     "all ranks again, resuming from the last checkpoint.",
-                     lower_bound=0)
-flags.DEFINE_float("stop_grace", 120.0, "With --distributed: seconds the "
-                   "ranks get to finish their iteration and save a "
-                   "checkpoint after Ctrl-C, SIGTERM or SIGHUP; past it, or "
-                   "on a second Ctrl-C, they are aborted without one.",
-                   lower_bound=0.0)
+
+def define_flags() -> None:
+    """The CLI's flags: defined when run as a program, not on import, so
+    that scripts can import this module beside another alf CLI (each
+    defines ``--root_dir``)."""
+    flags.DEFINE_string("root_dir", None, "Folder for summaries, eval.csv, "
+                        "config.gin and checkpoints; an existing run is "
+                        "resumed.")
+    flags.DEFINE_multi_string("gin_file", None, "Gin file(s): a path or the "
+                              "name of a file in the current folder or "
+                              "alf/examples.")
+    flags.DEFINE_multi_string("gin_param", None, "Gin binding(s), e.g. "
+                              "'TrainerConfig.num_env_steps=20000'.")
+    flags.DEFINE_enum("distributed", "none", ["none", "multi-gpu",
+                                               "multi-process"],
+                      "none: one process; multi-gpu: one process per visible "
+                      "GPU (NCCL); multi-process: --num_processes CPU "
+                      "processes (gloo).")
+    flags.DEFINE_integer("num_processes", 2, "Processes for --distributed "
+                         "multi-process.", lower_bound=1)
+    flags.DEFINE_integer("max_restarts", 0, "With --distributed: how many "
+                         "times a run whose rank crashed, was killed or "
+                         "stalled starts all ranks again, resuming from the "
+                         "last checkpoint.", lower_bound=0)
+    flags.DEFINE_float("stop_grace", 120.0, "With --distributed: seconds the "
+                       "ranks get to finish their iteration and save a "
+                       "checkpoint after Ctrl-C, SIGTERM or SIGHUP; past it, "
+                       "or on a second Ctrl-C, they are aborted without one.",
+                       lower_bound=0.0)
+
+
 FLAGS = flags.FLAGS
 
 
@@ -203,6 +212,7 @@ def main(argv: List[str]) -> int:
 
 def run_main():
     """Console-script entry point."""
+    define_flags()
     app.run(lambda argv: sys.exit(main(argv)))
 
 
