@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from runs import run_in_own_group, terminate_on_sigterm
+from runs import run_in_own_group, terminate_on_sigterm, train_command
 
 from alf.trainers.evaluator import EVAL_CSV, HELD_OUT_CSV, read_eval_csv
 
@@ -42,19 +42,15 @@ def main():
     os.makedirs(args.root, exist_ok=True)
     walls = {}
     for mode in modes:
-        cmd = [sys.executable, "-m", "alf.bin.train", "--gin_file",
-               args.gin_file, "--root_dir", os.path.join(args.root, mode),
-               "--gin_param", f'TrainerConfig.unroll_mode="{mode}"']
-        for p in args.gin_param:
-            cmd += ["--gin_param", p]
-        if args.processes > 1:
-            cmd += ["--distributed", "multi-process", "--num_processes",
-                    str(args.processes)]
+        cmd = train_command(
+            os.path.join(args.root, mode), [args.gin_file],
+            [f'TrainerConfig.unroll_mode="{mode}"', *args.gin_param],
+            args.processes)
         start = time.perf_counter()
         out = run_in_own_group(cmd)
         walls[mode] = time.perf_counter() - start
         with open(os.path.join(args.root, mode + ".log"), "w") as f:
-            f.write(" ".join(cmd) + "\n" + out.text)
+            f.write(" ".join(cmd) + "\n" + out.stdout)
         if out.returncode != 0:
             sys.exit(f"mode_curves: the {mode} run failed (exit "
                      f"{out.returncode}); see {args.root}/{mode}.log")

@@ -32,6 +32,22 @@ def two_gloo_ranks(target: Callable, args: Any,
     return result
 
 
+def train_command(root_dir: str, gin_files: Sequence[str],
+                  params: Sequence[str] = (), num_processes: int = 1,
+                  extra_args: Sequence[str] = ()) -> List[str]:
+    """The ``alf.bin.train`` command line of one run: ``num_processes`` 1
+    runs ``--distributed none``; more run ``--distributed multi-process``."""
+    cmd = [sys.executable, "-m", "alf.bin.train", "--root_dir", root_dir]
+    for f in gin_files:
+        cmd += ["--gin_file", f]
+    for p in params:
+        cmd += ["--gin_param", p]
+    if num_processes > 1:
+        cmd += ["--distributed", "multi-process", "--num_processes",
+                str(num_processes)]
+    return cmd + list(extra_args)
+
+
 def train_runs(gin_file: str, root: str, seeds: Sequence[int],
                params: Sequence[str] = (), parallel: int = 2,
                extra_args: Sequence[str] = ()) -> Dict[int, Dict[str, list]]:
@@ -46,11 +62,9 @@ def train_runs(gin_file: str, root: str, seeds: Sequence[int],
         procs = []
         for seed in seeds[start:start + parallel]:
             root_dir = os.path.join(root, f"seed{seed}")
-            cmd = [sys.executable, "-m", "alf.bin.train", "--gin_file",
-                   gin_file, "--root_dir", root_dir, "--gin_param",
-                   f"TrainerConfig.seed={seed}", *extra_args]
-            for p in params:
-                cmd += ["--gin_param", p]
+            cmd = train_command(root_dir, [gin_file],
+                                [f"TrainerConfig.seed={seed}", *params],
+                                extra_args=extra_args)
             os.makedirs(root, exist_ok=True)
             log = open(root_dir + ".log", "w")
             procs.append((seed, root_dir, subprocess.Popen(
@@ -147,45 +161,32 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         RuntimeError: if the run fails or prints no progress line (its
             output is kept in ``root_dir + ".log"``).
     """
-    cmd = [sys.executable, "-m", "alf.bin.train", "--root_dir", root_dir]
-    for f in gin_files:
-        cmd += ["--gin_file", f]
-    for p in params:
-        cmd += ["--gin_param", p]
-    if num_processes > 1:
-        cmd += ["--distributed", "multi-process", "--num_processes",
-                str(num_processes)]
-    cmd += list(extra_args)
+    cmd = train_command(root_dir, gin_files, params, num_processes,
+                        extra_args)
     start = time.perf_counter()
     out = run_in_own_group(cmd)
     wall = time.perf_counter() - start
-    found = _PROGRESS.findall(out.text)
+    found = _PROGRESS.findall(out.stdout)
     if out.returncode != 0 or not found:
         with open(root_dir + ".log", "w") as f:
-            f.write(" ".join(cmd) + "\n" + out.text)
+            f.write(" ".join(cmd) + "\n" + out.stdout)
         raise RuntimeError(f"training failed (exit {out.returncode}); "
                            f"see {root_dir}.log")
     steps, _, rate = (int(x) for x in found[-1])
-    learner = _LEARNER.findall(out.text)
-    actors = _ACTORS.findall(out.text)
+    learner = _LEARNER.findall(out.stdout)
+    actors = _ACTORS.findall(out.stdout)
     nan = float("nan")
     last = [float(x) for x in actors[-1]] if actors else [nan] * 4
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
-            "steady_rate": steady_rate(out.text), "env_steps": steps,
+            "steady_rate": steady_rate(out.stdout), "env_steps": steps,
             "learner_ms": float(learner[-1]) if learner else nan,
             "actor_ms": last[0], "env_ms": last[1],
             "actor_wait": last[2] / 100, "learner_wait": last[3] / 100}
 
 
-class _Finished:
-    """A finished command's combined output and exit status."""
-
-    def __init__(self, text: str, returncode: int):
-        self.text, self.returncode = text, returncode
-
-
-def run_in_own_group(cmd: Sequence[str]) -> _Finished:
-    """Runs ``cmd`` in a process group of its own and returns its output;
+def run_in_own_group(cmd: Sequence[str]) -> subprocess.CompletedProcess:
+    """Runs ``cmd`` in a process group of its own and returns its exit
+    status and output (stdout and stderr together, in ``stdout``);
     if this process is interrupted (Ctrl-C, or SIGTERM from `timeout`:
     see `terminate_on_sigterm`), the whole group (the trainer, its ranks,
     actors and environment workers) is stopped before this returns, so no
@@ -208,7 +209,7 @@ def run_in_own_group(cmd: Sequence[str]) -> _Finished:
             except subprocess.TimeoutExpired:
                 pass
         raise
-    return _Finished(text, proc.returncode)
+    return subprocess.CompletedProcess(cmd, proc.returncode, text)
 
 
 def terminate_on_sigterm() -> None:

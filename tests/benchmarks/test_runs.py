@@ -61,3 +61,17 @@ def test_sigterm_stops_the_whole_run_it_started():
     finally:
         bench.kill()
         subprocess.run(["pkill", "-f", f"^sleep {marker}"])
+
+
+def test_the_train_command_and_a_runs_output():
+    """One command line for every benchmark that trains (curves, throughput,
+    mode_curves), and the run's output and exit status, both streams."""
+    assert runs.train_command("/r", ["a.gin", "b.gin"], ["X.y=1"], 2,
+                              ["--stop_grace", "5"])[1:] == [
+        "-m", "alf.bin.train", "--root_dir", "/r", "--gin_file", "a.gin",
+        "--gin_file", "b.gin", "--gin_param", "X.y=1", "--distributed",
+        "multi-process", "--num_processes", "2", "--stop_grace", "5"]
+    assert "--distributed" not in runs.train_command("/r", ["a.gin"])
+    out = runs.run_in_own_group(["bash", "-c", "echo out; echo err >&2; "
+                                 "exit 3"])
+    assert out.returncode == 3 and out.stdout.split() == ["out", "err"]
