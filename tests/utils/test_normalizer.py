@@ -114,3 +114,34 @@ def test_state_dict_round_trip_restores_normalisation():
     torch.testing.assert_close(dst.mean, src.mean)
     torch.testing.assert_close(dst.var, src.var)
     torch.testing.assert_close(dst.normalize(x), src.normalize(x))
+
+
+def test_batches_summed_later_count_exactly_once():
+    """`accumulate` gathers batches and sums them later (at FOLD_BATCHES,
+    or when the sums are read): the sums are those of every batch, taken
+    when it was given (the caller may overwrite its tensor), and a
+    checkpoint or an acting state taken meanwhile misses none."""
+    norm = RunningNormalizer((3, ))
+    rng = np.random.default_rng(1)
+    data = rng.normal(2.0, 3.0, size=(2 * norm.FOLD_BATCHES + 7, 1, 3))
+    reused = torch.zeros(1, 3)
+    for row in data:
+        reused.copy_(torch.from_numpy(row))
+        norm.accumulate(reused)  # the same tensor, overwritten each time
+    state = norm.state_dict()
+    flat = data.reshape(-1, 3).astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(state["pending"][0].numpy(), flat.sum(0),
+                               rtol=1e-12)
+    np.testing.assert_allclose(state["pending"][1].numpy(),
+                               (flat ** 2).sum(0), rtol=1e-12)
+    assert state["pending_count"].item() == len(flat)
+    # A full state replaces what this copy gathered; what it gathers next
+    # adds to the loaded sums.
+    other = RunningNormalizer((3, ))
+    other.accumulate(torch.ones(4, 3))
+    other.load_state_dict(state)
+    other.accumulate(torch.ones(2, 3))
+    taken = other.take_pending()
+    assert taken[-1].item() == len(flat) + 2
+    np.testing.assert_allclose(taken[:3].numpy(), flat.sum(0) + 2,
+                               rtol=1e-12)
