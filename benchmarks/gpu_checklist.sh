@@ -75,6 +75,10 @@ print('MetaDrive stepped')"; then
     SKIP_MD=1
 fi
 md() { [ -z "${SKIP_MD:-}" ] && step "$@"; }
+# What an actor adds to each MetaDrive step on these cores (~30 s): with
+# the simulator's own CPU per step it bounds the fraction of bare
+# MetaDrive that training can reach here.
+md actor_overhead 60 python3 benchmarks/actor_overhead.py
 # 4. MetaDrive, one environment per core, against bare MetaDrive x cores:
 # first the scaling curve of asynchronous collection (1, 2, 4 and 8 CPU
 # processes; 12 iterations each, the first left out of the rate), then
