@@ -30,6 +30,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from runs import environment_spaces
 
 from alf.trainers.actor import _Actor, transition
 from alf.trainers.config_parser import parse_config
@@ -75,18 +76,6 @@ class _Conn:
             raise _Stop
 
 
-def _spaces(cfg):
-    from alf.environments import env_fn
-    env_fn.set_environment_process()  # one engine, here, no worker
-    env = cfg.env_load_fn(cfg.env_name, num_envs=1, seed=0,
-                          asynchronous=False)
-    try:
-        obs = env.reset(seed=0).observation
-        return env.observation_space, env.action_space, obs
-    finally:
-        env.close()
-
-
 def _cpu_per_call(fn, n: int) -> float:
     fn()
     start = time.thread_time()
@@ -104,9 +93,8 @@ def main():
     torch.set_num_threads(1)
     parse_config([args.gin_file], args.gin_param)
     cfg = TrainerConfig()
-    obs_space, act_space, first = _spaces(cfg)
-    observation = obs_space.sample() if first is None else \
-        np.asarray(first[0])
+    obs_space, act_space, first = environment_spaces(cfg)
+    observation = np.asarray(first[0])
     gym.register("AlfBenchFree-v0", entry_point=lambda: _FreeEnv(
         obs_space, act_space, observation))
     parse_config([args.gin_file], [

@@ -7,7 +7,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from alf.bin.compare import welch_pvalue
 from alf.trainers.evaluator import read_eval_csv
@@ -30,6 +30,20 @@ def two_gloo_ranks(target: Callable, args: Any,
         for p in procs:
             p.join(timeout=60)
     return result
+
+
+def environment_spaces(cfg) -> Tuple[Any, Any, Any]:
+    """The observation space, action space and first (raw) observation of
+    ``cfg``'s environment, built once in this process and closed."""
+    from alf.environments import env_fn
+    env_fn.set_environment_process()  # one engine, here, no worker
+    env = cfg.env_load_fn(cfg.env_name, num_envs=1, seed=0,
+                          asynchronous=False)
+    try:
+        obs = env.reset(seed=0).observation
+        return env.observation_space, env.action_space, obs
+    finally:
+        env.close()
 
 
 def train_command(root_dir: str, gin_files: Sequence[str],

@@ -1,0 +1,50 @@
+"""benchmarks/actor_overhead.py and learner_floor.py run on a small config
+and print what they measured."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+REPO = os.path.dirname(os.path.abspath(BENCHMARKS))
+
+
+def _run(script, *args):
+    res = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script),
+                          "--gin_file", "ppo_cart_pole.gin", *args],
+                         capture_output=True, text=True, timeout=150,
+                         cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def _number(pattern, text):
+    m = re.search(pattern, text)
+    assert m, text
+    return float(m.group(1))
+
+
+@pytest.mark.timeout(180)
+def test_actor_overhead_prints_the_overhead_and_the_floor():
+    out = _run("actor_overhead.py", "--unrolls", "2")
+    loop = _number(r"actor loop, free environment\s+([\d.]+)", out)
+    own = _number(r"free environment's own step\s+([\d.]+)", out)
+    overhead = _number(r"actor overhead\s+([\d.]+)", out)
+    assert overhead == pytest.approx(loop - own, abs=2e-4) and overhead > 0
+    floor = _number(r"policy forward alone\s+([\d.]+)", out)
+    assert 0 < floor and f"{overhead / floor:.1f}x the floor" in out
+
+
+@pytest.mark.timeout(180)
+def test_learner_floor_counts_the_products_of_every_update():
+    out = _run("learner_floor.py", "--iterations", "2", "--gin_param",
+               "PPOAlgorithm.target_kl=None")
+    # ppo_cart_pole.gin: 8 x 32 steps, one minibatch of 256, 20 epochs.
+    assert "40 gradient updates timed (40 in the counted iterations)" in out
+    learner = _number(r"learner\s+([\d.]+) ms", out)
+    floor = _number(r"floor\s+([\d.]+) ms", out)
+    assert learner > 0 and floor > 0
+    assert _number(r"ratio\s+([\d.]+)x", out) == pytest.approx(
+        learner / floor, rel=0.02, abs=0.01)
