@@ -147,6 +147,10 @@ def main():
     print(f"  floor    {floor * ms:8.4f} ms (its nn.Linear products alone"
           f"{f'; {convs} convolutions not counted' if convs else ''})")
     print(f"  ratio    {seconds / floor:8.2f}x the floor")
+    if timed_updates != updates[0] - timed_updates:
+        print("  (unlike work: target_kl stopped epochs at different points "
+              "in the timed and the counted iterations; rerun with "
+              "--gin_param PPOAlgorithm.target_kl=None for a ratio)")
 
 
 if __name__ == "__main__":
