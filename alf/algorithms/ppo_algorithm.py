@@ -91,12 +91,16 @@ def _beta_actors(actor, schedule) -> List[ActorDistributionNetwork]:
     they cannot honour."""
     if schedule is None:
         return []
-    if (not isinstance(schedule, (tuple, list)) or len(schedule) != 2 or
-            not all(isinstance(x, (int, float)) for x in schedule) or
-            not 0 <= schedule[0] < 1 or not schedule[1] > 0):
+    if (not isinstance(schedule, (tuple, list))
+            or len(schedule) not in (2, 3)
+            or not all(isinstance(x, (int, float)) for x in schedule)
+            or not 0 <= schedule[0] < (schedule[1] if len(schedule) == 3
+                                       else 1) <= 1
+            or not schedule[-1] > 0):
         raise ConfigError(
             f"PPOAlgorithm.beta_concentration_schedule={schedule!r}; valid: "
-            "(start, final), a progress 0 <= start < 1 and a scale > 0")
+            "(start, final) or (start, end, final), progresses 0 <= start "
+            "< end <= 1 and a scale final > 0")
     found = [m for m in actor.modules()
              if isinstance(m, ActorDistributionNetwork) and m.beta]
     if not found:
@@ -205,15 +209,17 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             must shrink and the mean must learn to act on its own (the
             deterministic policy is then the one that was trained). None:
             the log std is free. Needs a Box action space.
-        beta_concentration_schedule: ``(start, final)``: for a Beta policy,
-            the scale of its concentrations
+        beta_concentration_schedule: ``(start, end, final)``: for a Beta
+            policy, the scale of its concentrations
             (`ActorDistributionNetwork.beta_concentration_scale`, a buffer:
-            in checkpoints and sent to the actors) stays at
-            its configured value until progress ``start``, then moves
-            linearly to ``final`` at the end of training, set before each
-            iteration's updates: the exploration noise narrows while the means, the
+            in checkpoints and sent to the actors) stays at its configured
+            value until progress ``start``, moves linearly to ``final`` at
+            progress ``end`` and stays there, set before each iteration's
+            updates: the exploration noise narrows while the means, the
             deterministic action, keep learning to act with the noise that
-            is left. None: the configured scale throughout.
+            is left, and with ``end < 1`` they go on learning at the final
+            noise. ``(start, final)`` ends at the end of training. None: the
+            configured scale throughout.
     """
 
     # Unrolls ended early: shorter (sync), or with environments ended at
@@ -238,7 +244,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  reward_scale: float = 1.0, uneven_batches: bool = False,
                  log_std_bound: Optional[Tuple[float, float]] = None,
                  beta_concentration_schedule: Optional[
-                     Tuple[float, float]] = None):
+                     Tuple[float, ...]] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,
@@ -314,8 +320,10 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         (``beta_concentration_schedule``; every rank alike)."""
         if self._beta_schedule is None:
             return
-        start, final = self._beta_schedule
-        t = min(max((progress - start) / (1.0 - start), 0.0), 1.0)
+        start, end, final = (self._beta_schedule if len(self._beta_schedule)
+                             == 3 else (self._beta_schedule[0], 1.0,
+                                        self._beta_schedule[1]))
+        t = min(max((progress - start) / (end - start), 0.0), 1.0)
         for actor, first in zip(self._betas, self._beta_start_scale):
             actor.concentration_scale.fill_(first + (final - first) * t)
 

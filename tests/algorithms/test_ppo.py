@@ -327,6 +327,24 @@ def test_beta_concentration_schedule_waits_then_sharpens_and_reaches_actors():
                                    alg.actor(obs).alpha)
     with pytest.raises(ConfigError, match="needs a Beta policy"):
         _gaussian_ppo(beta_concentration_schedule=(0.5, 4.0))
-    with pytest.raises(ConfigError, match="0 <= start < 1"):
-        _gaussian_ppo(actor_network_ctor=beta,
-                      beta_concentration_schedule=(1.0, 4.0))
+    for bad in ((1.0, 4.0), (0.5, 0.4, 4.0), (0.2, 1.5, 4.0), (0.2, 0.0),
+                (0.1, 0.2, 0.3, 4.0)):
+        with pytest.raises(ConfigError, match="0 <= start < end <= 1"):
+            _gaussian_ppo(actor_network_ctor=beta,
+                          beta_concentration_schedule=bad)
+
+
+def test_a_beta_schedule_that_ends_early_holds_its_final_scale():
+    """``(start, end, final)``: the scale moves between progress ``start``
+    and ``end``, then the policy trains on at the final noise."""
+    import functools
+
+    from alf.networks.actor import ActorDistributionNetwork
+    beta = functools.partial(ActorDistributionNetwork, beta=True)
+    alg = _gaussian_ppo(actor_network_ctor=beta,
+                        beta_concentration_schedule=(0.2, 0.6, 5.0))
+    exp = _box_unroll(margin=0.1)
+    for progress, scale in ((0.1, 1.0), (0.4, 3.0), (0.6, 5.0),
+                            (0.9, 5.0)):
+        alg.train_on_unroll(exp, progress)
+        assert float(alg.actor.concentration_scale) == pytest.approx(scale)
