@@ -36,7 +36,7 @@ import torch
 from alf.environments import suite_metadrive
 
 CONFIG = dict(num_scenarios=10, start_seed=0, traffic_density=0.1,
-              horizon=1000, map=3)
+              horizon=1000, map=3, force_destroy=True)
 
 
 def _actions(trajectory: int):
