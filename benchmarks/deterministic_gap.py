@@ -1,21 +1,19 @@
 r"""Deterministic against sampling policy on the same checkpoints of a run.
 
     python benchmarks/deterministic_gap.py --root_dir RUN \
-        [--checkpoints 'saved,best'] [--episodes 20] [--sampling_episodes 20] \
+        [--checkpoints 'saved,best'] [--episodes 10] [--sampling_episodes 20] \
         [--held_out_param suite_metadrive.load.start_seed=0 \
          --held_out_param suite_metadrive.load.num_scenarios=200] \
         [--held_out_episodes 20] [--gin_param ...]
 
 Each (checkpoint, scenario set, policy) is one ``python -m alf.bin.play``
 (episode ``e`` from seed ``e``), ``--parallel`` at a time. With MetaDrive,
-consecutive seeds drive distinct scenarios, so ``--episodes`` a multiple
-of the run's ``num_scenarios`` plays every training scenario that many
-times, and the sampling policy each of them ``--sampling_episodes /
-num_scenarios`` times. A deterministic policy needs more than one pass
-too: what it does in a scenario depends on the engine's earlier episodes
-(on a 1M checkpoint, 0.71 route completion over scenarios 0-9 in that
-order, 0.80 in the order 5-9, 0-4; docs/benchmarks.md), so each pass is a
-draw. Held-out
+consecutive seeds drive distinct scenarios, so ``--episodes`` equal to the
+run's ``num_scenarios`` plays every training scenario once (a
+deterministic policy's score is then exact: `suite_metadrive.load`'s
+``force_destroy`` makes an episode independent of the engine's earlier
+ones), and the sampling policy plays each of them ``--sampling_episodes /
+num_scenarios`` times. Held-out
 scenarios (``--held_out_param``, bindings that turn the run's environments
 into its held-out ones) are played by both policies on the same
 ``--held_out_episodes`` scenarios.
@@ -73,7 +71,7 @@ def main() -> None:
     parser.add_argument("--root_dir", required=True)
     parser.add_argument("--checkpoints", default="saved,best",
                         help="comma-separated: saved, best, latest or N")
-    parser.add_argument("--episodes", type=int, default=20,
+    parser.add_argument("--episodes", type=int, default=10,
                         help="deterministic episodes, training scenarios")
     parser.add_argument("--sampling_episodes", type=int, default=20,
                         help="sampling episodes, training scenarios")

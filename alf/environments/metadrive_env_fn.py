@@ -104,12 +104,11 @@ class ScenarioSampling(gym.Wrapper):
     its ``i``-th environment). Consecutive seeds drive distinct scenarios,
     so an evaluation (environment ``i`` reset with ``seed + i``) or a replay
     (episode ``e`` with ``seed + e``) of ``num_scenarios`` episodes drives
-    every scenario once: a deterministic policy's score is then no draw of
-    the scenarios. It is not exact: an engine's earlier episodes change
-    what the same policy does in a scenario (state carried over in the
-    engine grows into other outcomes; docs/benchmarks.md), so it is a draw
-    of those histories. Before any seed, the generator is seeded from
-    fresh entropy.
+    every scenario once: a deterministic policy's score is then exact, not
+    a draw of the scenarios, provided the engine builds every episode's
+    objects anew (``force_destroy``, `suite_metadrive.load`'s default;
+    without it earlier episodes change later ones). Before any seed, the
+    generator is seeded from fresh entropy.
 
     Args:
         env: a MetaDrive environment.
