@@ -221,8 +221,8 @@ def test_lag_zero_waits_for_every_version():
         collector.close()
     # The actors' time went into waiting for versions (unrolls 1 and 2
     # waited out the learner's 0.3 s each); the learner waited only while
-    # an unroll was stepped (0.25 of its time here when idle, 0.4 with the
-    # cores busy: no fixed bound), less than the actors did.
+    # an unroll was stepped (0.4 of its time with the cores busy: no fixed
+    # bound), less than the actors did.
     assert report.actor_wait > 0.8, report
     assert report.learner_wait < report.actor_wait, report
 
