@@ -24,19 +24,17 @@ def examples_dir() -> str:
 
 
 # A saved config names each configurable by its shortest unambiguous
-# selector in the process that wrote it. Before suite_metadrive was always
-# registered, a gymnasium run wrote its loader as bare ``load``, which is
-# ambiguous now that both suites' ``load`` are known.
+# selector in the process that wrote it: a gymnasium run writes its loader
+# as bare ``load``, ambiguous where suite_metadrive's ``load`` is known too.
 _BARE_LOAD_BINDING = re.compile(r"^((?:[\w.]+/)*)load\.(?=\w+\s*=)", re.M)
 _BARE_LOAD_REFERENCE = re.compile(r"@((?:[\w.]+/)*)load\b(?![.\w])")
 
 
 def qualify_saved_selectors(text: str) -> str:
-    """``text`` (a run's saved ``config.gin``) with the bare ``load``
-    selectors of older runs spelt ``suite_gym.load``: the only ``load``
-    registered when they were written (alf always registered
-    `alf.environments.suite_gym`; a second ``load`` would have made gin
-    write the full name)."""
+    """``text`` (a run's saved ``config.gin``) with its bare ``load``
+    selectors spelt ``suite_gym.load``: the only ``load`` registered when
+    it was written (alf always registers `alf.environments.suite_gym`; a
+    second ``load`` would have made gin write the full name)."""
     text = _BARE_LOAD_BINDING.sub(r"\1suite_gym.load.", text)
     return _BARE_LOAD_REFERENCE.sub(r"@\1suite_gym.load", text)
 

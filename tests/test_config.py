@@ -249,8 +249,10 @@ def test_older_runs_bare_load_selectors_are_qualified():
 
 
 def test_a_saved_gymnasium_config_parses_with_metadrive_registered(tmp_path):
-    """Both suites' ``load`` are registered wherever configs are parsed, so
-    an old file's bare ``load`` would be ambiguous without qualifying."""
+    """Where suite_metadrive's ``load`` is registered too (a script that
+    imports it), a gymnasium run's bare ``load`` would be ambiguous
+    without qualifying."""
+    import alf.environments.suite_metadrive  # noqa: F401
     from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
     path = tmp_path / "config.gin"

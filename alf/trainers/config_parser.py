@@ -10,11 +10,6 @@ from typing import Iterable, List, Optional
 import alf.algorithms  # noqa: F401  (registers configurables)
 import alf.environments.straggler  # noqa: F401
 import alf.environments.suite_gym  # noqa: F401
-# Registered in every process, whatever it trains (MetaDrive itself is
-# imported only where an environment is built): gin writes a saved config's
-# selectors unambiguous for the set of configurables registered when it is
-# written, so a run's config.gin must be written and read with the same set.
-import alf.environments.suite_metadrive  # noqa: F401
 import alf.trainers.trainer  # noqa: F401
 from alf.config import parse_gin, qualify_saved_selectors
 
@@ -35,8 +30,11 @@ def parse_config(gin_files: Iterable[str],
 def parse_run_config(path: str,
                      gin_params: Optional[Iterable[str]] = None) -> None:
     """Clears gin and parses a run's saved config (``config.gin``) then
-    ``gin_params``; the bare selectors of older runs' files are qualified
-    first (`alf.config.qualify_saved_selectors`).
+    ``gin_params``. A gymnasium run's file names its loader ``load`` (gin
+    writes the shortest selector unambiguous where it was written), which
+    is ambiguous in a process that also registered suite_metadrive's (a
+    script that imports it); it is read as ``suite_gym.load``
+    (`alf.config.qualify_saved_selectors`).
 
     Raises:
         ConfigError: one line, as `parse_config`.

@@ -192,7 +192,8 @@ class RunState:
         path = os.path.join(self.root_dir, "config.gin")
         if os.path.exists(path):
             with open(path) as f:
-                if qualify_saved_selectors(f.read()) == text:
+                if (qualify_saved_selectors(f.read()) ==
+                        qualify_saved_selectors(text)):
                     return
             # Never overwrite what an earlier run wrote.
             path = os.path.join(self.root_dir,

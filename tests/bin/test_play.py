@@ -162,3 +162,19 @@ def test_the_clis_import_side_by_side():
                               "--help"], capture_output=True, text=True,
                              timeout=120, cwd=REPO)
         assert flag in res.stdout + res.stderr, (cli, res.stderr[-2000:])
+
+
+def test_a_gymnasium_run_plays_where_metadrive_is_registered(cart_pole_run):
+    """A CartPole run saves its loader as bare ``load``; a script that has
+    imported suite_metadrive (a second ``load``) can still play it."""
+    assert "\nload.clip_action" in (cart_pole_run / "config.gin").read_text()
+    script = f"""
+import alf.environments.suite_metadrive
+from alf.bin.play import play
+rows = play({str(cart_pole_run)!r}, num_episodes=1)
+print(len(rows))
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, timeout=150, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1] == "1"

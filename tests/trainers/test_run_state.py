@@ -143,10 +143,10 @@ def test_operative_config_is_never_overwritten(tmp_path):
 
 
 def test_an_older_runs_config_with_bare_selectors_is_the_same_config(tmp_path):
-    """A run saved before suite_metadrive was always registered spells its
-    loader ``load``; resumed with the same settings it is the same config
-    and writes no config-resumed file."""
-    import alf.trainers.config_parser  # noqa: F401  (both suites' ``load``)
+    """A gymnasium run saved where only suite_gym's ``load`` was known
+    spells it ``load``; resumed with the same settings where both suites'
+    are known, it is the same config and writes no config-resumed file."""
+    import alf.environments.suite_metadrive  # noqa: F401  (a second load)
     from alf.environments import suite_gym
     gin.clear_config()
     try:
