@@ -257,6 +257,11 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self._log_stds = _log_std_parameters(self.actor, log_std_bound)
         self._betas = _beta_actors(self.actor, beta_concentration_schedule)
         self._beta_schedule = beta_concentration_schedule
+        if beta_concentration_schedule is not None and len(
+                beta_concentration_schedule) == 2:
+            # (start, final): the end of training is the schedule's end.
+            start, final = beta_concentration_schedule
+            self._beta_schedule = (start, 1.0, final)
         self._beta_start_scale = [float(b.concentration_scale)
                                   for b in self._betas]
         self.add_optimizer(
@@ -320,9 +325,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         (``beta_concentration_schedule``; every rank alike)."""
         if self._beta_schedule is None:
             return
-        start, end, final = (self._beta_schedule if len(self._beta_schedule)
-                             == 3 else (self._beta_schedule[0], 1.0,
-                                        self._beta_schedule[1]))
+        start, end, final = self._beta_schedule
         t = min(max((progress - start) / (end - start), 0.0), 1.0)
         for actor, first in zip(self._betas, self._beta_start_scale):
             actor.concentration_scale.fill_(first + (final - first) * t)
