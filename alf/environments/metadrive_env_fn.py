@@ -22,6 +22,9 @@ from alf.environments.env_fn import prepare_worker
 
 # Info key added by `ScenarioSampling`: the episode ended in a collision.
 CRASH_END = "crash_end"
+# Info key added by `ScenarioSampling` on an episode's last step: the car's
+# mean speed over the episode, km/h (MetaDrive's ``velocity`` is m/s).
+MEAN_SPEED = "mean_speed_kmh"
 # The collisions that end a MetaDriveEnv episode (with its default
 # ``crash_*_done``). MetaDrive's own ``crash`` also counts touching the
 # sidewalk, which ends no episode but accompanies many out-of-road ends.
@@ -93,7 +96,8 @@ def _skip_asset_download() -> None:
 
 
 class ScenarioSampling(gym.Wrapper):
-    """Seeded scenario choice, and a `CRASH_END` entry in ``info``.
+    """Seeded scenario choice, and `CRASH_END` and `MEAN_SPEED` entries in
+    ``info``.
 
     MetaDrive accepts ``reset(seed=s)`` only for ``start_seed <= s <
     start_seed + num_scenarios``, and ``reset()`` draws the scenario from an
@@ -109,6 +113,11 @@ class ScenarioSampling(gym.Wrapper):
     objects anew (``force_destroy``, `suite_metadrive.load`'s default;
     without it earlier episodes change later ones). Before any seed, the
     generator is seeded from fresh entropy.
+
+    `MEAN_SPEED`, on the step that ends an episode, is the mean of
+    MetaDrive's ``velocity`` over the episode's steps, in km/h: how fast a
+    policy drives (a deterministic policy can drive faster than the
+    sampling one it was trained as, and leave the road in the bends).
 
     Args:
         env: a MetaDrive environment.
@@ -126,6 +135,7 @@ class ScenarioSampling(gym.Wrapper):
         self._start_seed = start_seed
         self._info_keys = None if info_keys is None else tuple(info_keys)
         self._rng = None
+        self._speed_sum, self._steps = 0.0, 0
 
     def reset(self, *, seed=None, options=None):
         if seed is not None:
@@ -137,12 +147,18 @@ class ScenarioSampling(gym.Wrapper):
             index = int(self._rng.integers(self._num_scenarios))
         scenario = self._start_seed + index
         obs, info = self.env.reset(seed=scenario)
+        self._speed_sum, self._steps = 0.0, 0
         return obs, self._filter(info)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        info[CRASH_END] = bool((terminated or truncated) and any(
-            info.get(k, False) for k in _CRASH_KEYS))
+        ended = bool(terminated or truncated)
+        info[CRASH_END] = ended and any(info.get(k, False)
+                                        for k in _CRASH_KEYS)
+        self._speed_sum += float(info.get("velocity", 0.0))
+        self._steps += 1
+        if ended:
+            info[MEAN_SPEED] = 3.6 * self._speed_sum / self._steps
         return obs, reward, terminated, truncated, self._filter(info)
 
     def _filter(self, info: dict) -> dict:

@@ -28,7 +28,9 @@ episode's last step:
   those twice;
 * ``out_of_road_rate``: ``out_of_road``;
 * ``route_completion``: ``route_completion``, the fraction of the route
-  driven (MetaDrive's estimate; it can be slightly below 0 or above 1).
+  driven (MetaDrive's estimate; it can be slightly below 0 or above 1);
+* ``mean_speed_kmh``: ``mean_speed_kmh`` (added by this suite), the car's
+  mean speed over the episode, km/h.
 
 An episode that hits ``horizon`` ends with ``truncated`` (not
 ``terminated``); then none of the first three is set, unless the car also
@@ -50,7 +52,7 @@ from gymnasium.vector import (AsyncVectorEnv, AutoresetMode, SyncVectorEnv,
 
 from alf.environments.env_fn import in_environment_process, prepare_worker
 from alf.environments.metadrive_env_fn import (ASSETS_HINT, CRASH_END,
-                                               MetaDriveEnvFn)
+                                               MEAN_SPEED, MetaDriveEnvFn)
 from alf.environments.suite_gym import GymEnvironment
 from alf.utils.errors import AlfError, one_line
 
@@ -61,6 +63,7 @@ EPISODE_INFO = {
     "crash_rate": CRASH_END,
     "out_of_road_rate": "out_of_road",
     "route_completion": "route_completion",
+    "mean_speed_kmh": MEAN_SPEED,
 }
 
 # observation -> (MetaDrive environment class, image observation)

@@ -25,8 +25,8 @@ import gymnasium as gym  # noqa: E402
 
 from alf.environments import suite_metadrive  # noqa: E402
 from alf.environments.metadrive_env_fn import (  # noqa: E402
-    CRASH_END, GraphicsLibraryMissingError, ScenarioSampling, make_env,
-    missing_graphics_library)
+    CRASH_END, MEAN_SPEED, GraphicsLibraryMissingError, ScenarioSampling,
+    make_env, missing_graphics_library)
 from alf.utils.errors import AlfError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -173,6 +173,9 @@ def test_horizon_truncates_with_final_observation(env2):
         assert info[name].tolist() == [0.0, 0.0], name
     assert ((info["route_completion"] > -0.1) &
             (info["route_completion"] < 0.1)).all()
+    # A braking car barely moves (it spawns at a few km/h).
+    assert ((info["mean_speed_kmh"] >= 0) &
+            (info["mean_speed_kmh"] < 5)).all()
 
 
 def test_episode_info_only_at_episode_ends(env2):
@@ -401,3 +404,21 @@ def test_scenario_sampling_crash_end_and_info_keys():
     assert [i[CRASH_END] for i in got] == [False, False, True, True, False]
     assert "other" not in got[0] and got[1]["out_of_road"]
 
+
+
+def test_scenario_sampling_mean_speed_per_episode():
+    # velocity is m/s; the mean covers one episode's steps and restarts
+    # with the next episode.
+    script = [(False, False, {"velocity": 10.0}),
+              (True, False, {"velocity": 20.0}),
+              (False, False, {"velocity": 5.0}),
+              (False, True, {"velocity": 5.0})]
+    env = ScenarioSampling(_ScriptedMetaDrive(script), 1, 0,
+                           info_keys=(MEAN_SPEED, ))
+    env.reset(seed=0)
+    got = [env.step(np.zeros(2))[4] for _ in range(2)]
+    assert MEAN_SPEED not in got[0]
+    assert got[1][MEAN_SPEED] == pytest.approx(3.6 * 15.0)
+    env.reset()
+    got = [env.step(np.zeros(2))[4] for _ in range(2)]
+    assert got[1][MEAN_SPEED] == pytest.approx(3.6 * 5.0)
