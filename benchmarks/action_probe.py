@@ -17,7 +17,7 @@ observation: 3 is the speed over the speed limit).
 
 MetaDrive's actions are (steering, throttle); on the Beta ``ppg_metadrive``
 run of 2026-11-26 this is how the gap between its deterministic and its
-sampling policy was traced to speed (README, "MetaDrive").
+sampling policy was traced to speed (docs/metadrive.md).
 """
 import argparse
 from typing import Callable, Dict, List, Tuple

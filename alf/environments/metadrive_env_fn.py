@@ -197,7 +197,7 @@ class OmitPreviousAction(gym.ObservationWrapper):
 
     The state observation echoes the policy's own last output, so a
     sampling policy sees its own noise there. Leaving it out was measured
-    not to make the deterministic policy drive (README, "MetaDrive"); it
+    not to make the deterministic policy drive (docs/metadrive.md); it
     remains an option for policies that should not see their output. The
     current wheel angle, which follows the steering command with a lag,
     stays: it is the car's state, not an echo.
