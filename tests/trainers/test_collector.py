@@ -68,6 +68,25 @@ class ScriptedPace(gym.Env):
 if SCRIPTED_ID not in gym.registry:
     gym.register(SCRIPTED_ID, entry_point=ScriptedPace)
 
+BUSY_ID = "AlfBusyStep-v0"
+BUSY_STEP_CPU = 1e-3  # seconds of this thread's CPU per step
+
+
+class BusyStep(ScriptedPace):
+    """`ScriptedPace` whose step burns `BUSY_STEP_CPU` of thread CPU."""
+
+    def step(self, action):
+        start = time.thread_time()
+        while time.thread_time() - start < BUSY_STEP_CPU:
+            pass
+        self._step += 1
+        done = self._step == episode_length(self._tag, self._episode)
+        return self._obs(), 1.0, done, False, {}
+
+
+if BUSY_ID not in gym.registry:
+    gym.register(BUSY_ID, entry_point=BusyStep)
+
 
 def _config(**kw):
     kw = dict(dict(algorithm_ctor=PPOAlgorithm, env_name=SCRIPTED_ID,
@@ -151,6 +170,25 @@ def _assert_exact_trajectory(column, tag):
         if t + 1 < obs.shape[0]:
             expect = [tag, ep + 1, 0] if last else [tag, ep, st + 1]
             assert obs[t + 1].tolist() == expect, t
+
+
+def test_the_actors_report_their_environments_cpu_per_step():
+    # The environments' CPU is read on one step in CPU_SAMPLE_EVERY and
+    # scaled to the unroll: with a step that costs a known CPU time the
+    # report must give it (an unscaled sample would read 1/8 of it).
+    cfg = _config(env_name=BUSY_ID, unroll_length=40, minibatch_size=120,
+                  max_policy_lag=1)
+    collector, _ = _started(cfg)
+    try:
+        for u in range(3):
+            collector.collect()
+            collector.publish(u + 1)
+        report = collector.actor_report()
+    finally:
+        collector.close()
+    expect = 1000 * BUSY_STEP_CPU
+    assert expect <= report.env_ms < 1.3 * expect, report
+    assert report.actor_ms > report.env_ms, report
 
 
 def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(
