@@ -80,7 +80,9 @@ def main() -> None:
                         "environments (repeatable; none: no held-out set)")
     parser.add_argument("--held_out_episodes", type=int, default=20)
     parser.add_argument("--metrics", default="route_completion,success_rate",
-                        help="comma-separated episode metrics to print")
+                        help="comma-separated columns of alf.bin.play's "
+                        "table to print (e.g. return, length, MetaDrive's "
+                        "mean_speed_kmh)")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--gin_param", action="append", default=[],
                         help="a binding for every play (repeatable), e.g. "
@@ -109,6 +111,13 @@ def main() -> None:
             continue
         det = job.result()
         samp = jobs[(ck, name, True)].result()
+        missing = [m for m in metrics if m not in det]
+        if missing:
+            for j in jobs.values():
+                j.cancel()
+            raise SystemExit(
+                f"deterministic_gap: --metrics {','.join(missing)!r} not in "
+                f"alf.bin.play's table; valid: {', '.join(det)}")
         print(f"{ck:>10} {name:>9} " + " ".join(
             f"{det[m]:8.3f} {samp[m]:8.3f} {det[m] - samp[m]:+8.3f}"
             for m in metrics), flush=True)
