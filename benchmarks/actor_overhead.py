@@ -1,7 +1,7 @@
 r"""What an asynchronous-collection actor adds to every environment step.
 
     python benchmarks/actor_overhead.py [--gin_file ppg_metadrive.gin] \
-        [--unrolls 4] [--gin_param ...]
+        [--unrolls 4] [--env_touch_mb 0] [--gin_param ...]
 
 An actor (`alf.trainers.actor`) steps one simulator (MetaDrive: one engine
 per process) and, between its steps, acts with its policy copy at batch
@@ -23,6 +23,12 @@ prints per env step:
   ``transition``; the storage write);
 * the floor: the policy network's forward pass alone, and the overhead's
   ratio to it.
+
+A free environment leaves the policy's weights in the caches from one
+step to the next, which a simulator's step does not: ``--env_touch_mb M``
+has each free step read and write M MB (beyond a core's L2 cache, or
+the shared L3), so the overhead is measured with the caches swept as
+they are in training.
 """
 import argparse
 import time
@@ -40,12 +46,16 @@ _EPISODE = 500
 
 
 class _FreeEnv(gym.Env):
-    """An environment that costs next to nothing: ``observation`` always."""
+    """An environment that costs next to nothing: ``observation`` always;
+    with ``touch_mb``, each step also reads and writes that many MB, as a
+    simulator's step sweeps the caches between two of the policy's."""
 
-    def __init__(self, observation_space, action_space, observation):
+    def __init__(self, observation_space, action_space, observation,
+                 touch_mb: float = 0.0):
         self.observation_space, self.action_space = (observation_space,
                                                      action_space)
         self._obs, self._t = observation, 0
+        self._touched = np.zeros(int(touch_mb * 2**20) // 8)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -54,6 +64,8 @@ class _FreeEnv(gym.Env):
 
     def step(self, action):
         self._t += 1
+        if self._touched.size:
+            self._touched += 1.0
         return self._obs, 0.1, False, self._t % _EPISODE == 0, {}
 
 
@@ -89,6 +101,9 @@ def main():
     parser.add_argument("--gin_file", default="ppg_metadrive.gin")
     parser.add_argument("--gin_param", action="append", default=[])
     parser.add_argument("--unrolls", type=int, default=4)
+    parser.add_argument("--env_touch_mb", type=float, default=0.0,
+                        help="MB the free environment reads and writes "
+                        "each step (caches swept as a simulator would)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     parse_config([args.gin_file], args.gin_param)
@@ -96,7 +111,7 @@ def main():
     obs_space, act_space, first = environment_spaces(cfg)
     observation = np.asarray(first[0])
     gym.register("AlfBenchFree-v0", entry_point=lambda: _FreeEnv(
-        obs_space, act_space, observation))
+        obs_space, act_space, observation, args.env_touch_mb))
     parse_config([args.gin_file], [
         *args.gin_param, "TrainerConfig.env_load_fn=@suite_gym.load",
         'TrainerConfig.env_name="AlfBenchFree-v0"'])
@@ -145,7 +160,8 @@ def main():
     ms = 1e3
     print(f"{args.gin_file}: observation {obs_space.shape}, action "
           f"{act_space}; {args.unrolls} unrolls of {steps} steps, one "
-          f"environment, CPU ms per env step")
+          f"environment touching {args.env_touch_mb:g} MB a step, CPU ms "
+          f"per env step")
     print(f"  actor loop, free environment {loop * ms:8.4f}")
     print(f"  free environment's own step  {env_step * ms:8.4f}")
     print(f"  actor overhead               {overhead * ms:8.4f}")
