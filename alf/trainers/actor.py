@@ -252,7 +252,6 @@ class _Actor:
         clock, cpu = time.perf_counter, time.thread_time
         began, began_cpu = clock(), cpu()
         waited = stepping = stepping_cpu = 0.0
-        timed_steps = 0  # steps whose environment CPU was measured
         while True:
             self._poll(block=False)
             if unroll - self._version > self._lag:
@@ -269,7 +268,6 @@ class _Actor:
             stepping += clock() - since
             if timed:
                 stepping_cpu += cpu() - since_cpu
-                timed_steps += 1
             if versions[0] != self._version:
                 versions = (self._version, torch.full(
                     (env.num_envs, ), self._version, dtype=torch.int64))
@@ -287,11 +285,12 @@ class _Actor:
                                    norm.take_pending(),
                                    (now - began, waited, stepping,
                                     now_cpu - began_cpu,
-                                    stepping_cpu * t / timed_steps)))
+                                    # steps 0, 8, ... of the t were timed
+                                    stepping_cpu * t /
+                                    -(-t // CPU_SAMPLE_EVERY))))
                 unroll, t = unroll + 1, 0
                 began, began_cpu = now, now_cpu
                 waited = stepping = stepping_cpu = 0.0
-                timed_steps = 0
 
     def _write(self, t: int, record) -> None:
         leaves = nest.flatten(record)
