@@ -93,35 +93,37 @@ def main() -> None:
     if args.held_out_param:
         sets.append(("held out", args.gin_param + args.held_out_param,
                      args.held_out_episodes, args.held_out_episodes))
+    metrics = args.metrics.split(",")
+    width = 3 * 9
+    print(f"{'':>10} {'':>9} " + " ".join(f"{m[:width]:>{width}}"
+                                          for m in metrics))
+    print(f"{'checkpoint':>10} {'scenarios':>9} " + " ".join(
+        f"{'det':>8} {'sampling':>8} {'diff':>8}" for _ in metrics),
+        flush=True)
     jobs = {}
+    # Rows print as their plays finish, inside the pool: leaving it waits
+    # for every play.
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
         for ck in checkpoints(args.root_dir, args.checkpoints):
             for name, params, det_n, samp_n in sets:
                 for sampling, n in ((False, det_n), (True, samp_n)):
                     jobs[(ck, name, sampling)] = pool.submit(
                         play_means, args.root_dir, ck, n, sampling, params)
-    metrics = args.metrics.split(",")
-    width = 3 * 9
-    print(f"{'':>10} {'':>9} " + " ".join(f"{m[:width]:>{width}}"
-                                          for m in metrics))
-    print(f"{'checkpoint':>10} {'scenarios':>9} " + " ".join(
-        f"{'det':>8} {'sampling':>8} {'diff':>8}" for _ in metrics))
-    for (ck, name, sampling), job in jobs.items():
-        if sampling:
-            continue
-        det = job.result()
-        samp = jobs[(ck, name, True)].result()
-        missing = [m for m in metrics if m not in det]
-        if missing:
-            for j in jobs.values():
-                j.cancel()
-            raise SystemExit(
-                f"deterministic_gap: --metrics {','.join(missing)!r} not in "
-                f"alf.bin.play's table; valid: {', '.join(det)}")
-        print(f"{ck:>10} {name:>9} " + " ".join(
-            f"{det[m]:8.3f} {samp[m]:8.3f} {det[m] - samp[m]:+8.3f}"
-            for m in metrics), flush=True)
-
+        for (ck, name, sampling), job in jobs.items():
+            if sampling:
+                continue
+            det = job.result()
+            samp = jobs[(ck, name, True)].result()
+            missing = [m for m in metrics if m not in det]
+            if missing:
+                for j in jobs.values():
+                    j.cancel()  # the plays not yet started
+                raise SystemExit(
+                    f"deterministic_gap: --metrics {','.join(missing)!r} not "
+                    f"in alf.bin.play's table; valid: {', '.join(det)}")
+            print(f"{ck:>10} {name:>9} " + " ".join(
+                f"{det[m]:8.3f} {samp[m]:8.3f} {det[m] - samp[m]:+8.3f}"
+                for m in metrics), flush=True)
 
 if __name__ == "__main__":
     main()
