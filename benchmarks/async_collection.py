@@ -10,7 +10,9 @@ r"""Training throughput, synchronous vs asynchronous collection, in one run.
 
 Each repeat runs every variant once (the order alternates between repeats,
 so machine noise hits all of them); a variant is ``python -m alf.bin.train``
-with ``TrainerConfig.unroll_mode`` "sync" or "async" (``--modes``), 1 or 2
+with ``TrainerConfig.unroll_mode`` "sync" or "async" (``--modes``; a mode
+may carry further ``TrainerConfig`` bindings after ``+``, e.g.
+``async+inference_workers=1+max_policy_lag=2``), 1 or 2
 processes (``--processes``), on the CPU or, in one process, on the GPU
 (``--devices``), with any further ``--gin_param``; its rate is the
 trainer's steady one: env steps/s from the end of the first iteration (the
@@ -136,7 +138,9 @@ def main():
     parser.add_argument("--processes", default="1,2",
                         help="comma-separated process counts")
     parser.add_argument("--modes", default="sync,async",
-                        help="comma-separated unroll modes")
+                        help="comma-separated unroll modes, each with "
+                        "optional '+NAME=VALUE' TrainerConfig bindings, "
+                        "e.g. async+inference_workers=1")
     parser.add_argument("--devices", default="cpu",
                         help="comma-separated TrainerConfig.device values; "
                         "'cuda' runs 1-process variants only (CPU processes "
@@ -180,21 +184,27 @@ def main():
                               f"{bare[-1]:6.0f} env steps/s", flush=True)
                         continue
                     n, mode, dev = v
+                    unroll_mode, *bindings = mode.split("+")
                     r = train_throughput(
                         [gin_file], params + [
-                            f'TrainerConfig.unroll_mode="{mode}"',
-                            f'TrainerConfig.device="{dev}"'],
+                            f'TrainerConfig.unroll_mode="{unroll_mode}"',
+                            f'TrainerConfig.device="{dev}"'] + [
+                            f"TrainerConfig.{b}" for b in bindings],
                         os.path.join(root, f"{mode}{n}{dev}-r{rep}"),
                         num_processes=n)
                     rates[v].append(r["steady_rate"])
                     learner[v].append(r["learner_ms"])
-                    actors[v].append((r["actor_ms"], r["env_ms"]))
+                    actors[v].append((r["actor_ms"], r["env_ms"],
+                                      r["inference_ms"]))
                     waits[v].append((r["actor_wait"], r["learner_wait"]))
-                    said = ("" if mode == "sync" else
+                    said = ("" if unroll_mode == "sync" else
                             f", actors {r['actor_ms']:.3f} (env step "
                             f"{r['env_ms']:.3f}), waiting "
                             f"{r['actor_wait']:.0%}, learner waiting "
                             f"{r['learner_wait']:.0%}")
+                    if r["inference_batch"]:
+                        said += (f", inference {r['inference_ms']:.3f} "
+                                 f"(batch {r['inference_batch']:.1f})")
                     print(f"repeat {rep}: {label(v)} "
                           f"{r['steady_rate']:6.0f} env steps/s (whole run "
                           f"{r['rate']:.0f}), learner "
@@ -215,9 +225,9 @@ def report_latency(variants, rates, actors, params) -> None:
     envs = int([p for p in params if p.startswith(
         "TrainerConfig.num_envs=")][-1].split("=")[1])
     for v in variants:
-        if v[1] != "async":
+        if not is_async(v):
             continue
-        actor_ms = statistics.mean(a for a, _ in actors[v])
+        actor_ms = statistics.mean(a + i for a, _, i in actors[v])
         ideal = envs * 1000 / (LATENCY_MS + actor_ms)
         rate = statistics.mean(rates[v])
         print(f"{label(v)}: ideal {ideal:.0f} env steps/s ({envs} x 1000 / "
@@ -231,25 +241,35 @@ def label(variant) -> str:
     return f"{n} proc {mode:<5s}" + ("" if dev == "cpu" else f" {dev}")
 
 
+def is_async(variant) -> bool:
+    return variant[1].split("+")[0] == "async"
+
+
 def report(variants, rates, learner, actors, waits, bare, cores) -> None:
     """Prints the mean rate of each variant and its ratios."""
     mean = statistics.mean
-    head = (f"{'variant':<19} {'env steps/s':>11} {'async/sync':>10} "
+    width = max(19, *(len(label(v)) for v in variants))
+    head = (f"{'variant':<{width}} {'env steps/s':>11} {'async/sync':>10} "
             f"{'learner bound':>13} {'waiting: actors':>15} {'learner':>7}")
     if bare:
         capacity = mean(bare)
         print(f"bare MetaDrive x{cores} (capacity C): {capacity:.0f} env "
               f"steps/s, {1000 * cores / capacity:.3f} ms CPU/step; per "
               f"repeat {', '.join(f'{b:.0f}' for b in bare)}")
-        env_ms = {(n, d): mean(e for _, e in actors[(n, "async", d)])
-                  for n, m, d in variants if m == "async"}
-        for (n, d), e in env_ms.items():
-            a = mean(a for a, _ in actors[(n, "async", d)])
+        # E of (processes, device): over all its asynchronous variants.
+        measured: dict = {}
+        for v in filter(is_async, variants):
+            measured.setdefault((v[0], v[2]), []).extend(
+                e for _, e, _ in actors[v])
+            a = mean(a for a, _, _ in actors[v])
+            e = mean(e for _, e, _ in actors[v])
+            i = mean(i for _, _, i in actors[v])
             dearer = e * capacity / 1000 / cores
-            print(f"{label((n, 'async', d))}, actors: {a:.3f} ms CPU/step, of which "
-                  f"the simulator E = {e:.3f} ({dearer:.2f}x its "
-                  f"random-action cost); inference and bookkeeping "
-                  f"{a - e:.3f}")
+            print(f"{label(v)}, actors: {a:.3f} ms CPU/step, of which the "
+                  f"simulator E = {e:.3f} ({dearer:.2f}x its random-action "
+                  f"cost); inference and bookkeeping {a - e + i:.3f}" +
+                  (f" ({i:.3f} in inference workers)" if i else ""))
+        env_ms = {k: mean(e) for k, e in measured.items()}
         head += (f" {'learner ms':>10} {'/ bare':>7} {'limit':>7} "
                  f"{'/ limit':>7} {'run limit':>9} {'/ run':>6}")
     print(head)
@@ -257,11 +277,12 @@ def report(variants, rates, learner, actors, waits, bare, cores) -> None:
         n, mode, dev = v
         rate = mean(rates[v])
         sync = rates.get((n, "sync", dev))
-        versus = (f"{rate / mean(sync):10.2f}" if mode == "async" and sync
+        versus = (f"{rate / mean(sync):10.2f}" if is_async(v) and sync
                   else f"{'':>10}")
         ms = mean(learner[v])
-        line = f"{label(v):<19} {rate:11.0f} {versus} {n * 1000 / ms:13.0f}"
-        if mode == "async":
+        line = (f"{label(v):<{width}} {rate:11.0f} {versus} "
+                f"{n * 1000 / ms:13.0f}")
+        if is_async(v):
             line += (f" {mean(w for w, _ in waits[v]):15.0%} "
                      f"{mean(w for _, w in waits[v]):7.0%}")
         else:

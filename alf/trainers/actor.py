@@ -7,7 +7,11 @@ per finished unroll: its columns of the unroll, with the behaviour
 ``rollout_info`` and policy version of every step. So an environment never
 waits for its siblings, for inference in another process, or for the
 learner, except when it would act more than ``max_policy_lag`` versions
-behind: then it waits for the next version.
+behind: then it waits for the next version. With an inference worker
+(``TrainerConfig.inference_workers``) the actor's observations go to it,
+which acts for many actors in one batch (`alf.trainers.inference_worker`),
+and the actor keeps its copy of the algorithm only to normalise
+observations.
 
 Messages (`encode`d, over the actor's pipe):
 
@@ -19,7 +23,8 @@ Messages (`encode`d, over the actor's pipe):
   episode metric names)``,
   ``("unroll", u, experience, episode_info, normalizer_sums, (seconds,
   seconds waiting for a version, seconds in the environments' step, CPU
-  seconds, CPU seconds in the environments' step))`` (the environments'
+  seconds, CPU seconds in the environments' step, the inference worker's
+  mean batch and CPU seconds for this actor, 0 without one))`` (the environments'
   CPU time counts this thread only: in-process environments, e.g. one
   MetaDrive engine per actor; an ``async_env`` subprocess is not counted;
   it is measured on every `CPU_SAMPLE_EVERY`-th step and scaled to the
@@ -35,12 +40,13 @@ import torch
 from absl import logging
 
 from alf import nest
-from alf.data_structures import Experience
+from alf.data_structures import AlgStep, Experience
 from alf.environments.batched import check_environment
 
 
 def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
-               unroll_length: int, max_policy_lag: int, rank: int = 0) -> None:
+               unroll_length: int, max_policy_lag: int, rank: int = 0,
+               policy_conn=None) -> None:
     """Entry point of an actor process (spawned by `AsyncCollector`).
 
     Args:
@@ -55,6 +61,9 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
         unroll_length: steps per environment per unroll.
         max_policy_lag: see `collector`.
         rank: the rank this actor collects for (`straggler.collecting_rank`).
+        policy_conn: the actor's pipe to its inference worker
+            (`alf.trainers.inference_worker`), which then acts for it;
+            None: the actor acts with its own copy of the policy.
     """
     import os
     from alf.environments import env_fn, straggler
@@ -73,7 +82,12 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
             action_space=env.action_space, config=config)
         _send(conn, ("ready", env.observation_space, env.action_space,
                      tuple(env.episode_info)))
-        _Actor(conn, env, algorithm, unroll_length, max_policy_lag).run()
+        remote = None
+        if policy_conn is not None:
+            from alf.trainers.inference_worker import RemotePolicy
+            remote = RemotePolicy(policy_conn)
+        _Actor(conn, env, algorithm, unroll_length, max_policy_lag,
+               remote).run()
     except BaseException as e:  # noqa: BLE001 - reported to the learner
         report_error(conn, e)
     finally:
@@ -199,8 +213,9 @@ class _Actor:
     """The actor's loop (see the module's doc)."""
 
     def __init__(self, conn, env, algorithm, unroll_length: int,
-                 max_policy_lag: int):
+                 max_policy_lag: int, remote=None):
         self._conn, self._env, self._alg = conn, env, algorithm
+        self._remote = remote
         self._T, self._lag = unroll_length, max_policy_lag
         self._version = 0
         self._storage = None
@@ -242,6 +257,25 @@ class _Actor:
         except _Stop:
             return
 
+    def _act(self, obs: torch.Tensor, unroll: int):
+        """(step, acting version, seconds waited for a version, the
+        inference worker's batch, its CPU seconds) of acting on ``obs`` in
+        ``unroll``."""
+        if self._remote is not None:
+            # The worker holds the request until it has a version no older
+            # than the bound allows.
+            output, info, version, batch, held, used = self._remote.act(
+                obs, unroll - self._lag)
+            return AlgStep(output=output, info=info), version, held, batch, \
+                used
+        waited = 0.0
+        if unroll - self._version > self._lag:
+            since = time.perf_counter()
+            while unroll - self._version > self._lag:
+                self._poll(block=True)  # too far ahead: wait for a version
+            waited = time.perf_counter() - since
+        return self._alg.rollout_step(obs), self._version, waited, 0, 0.0
+
     def _loop(self, env_seed: int, unroll: int) -> None:
         alg, env = self._alg, self._env
         obs = alg.observe(env.reset(seed=env_seed).observation)
@@ -252,14 +286,14 @@ class _Actor:
         clock, cpu = time.perf_counter, time.thread_time
         began, began_cpu = clock(), cpu()
         waited = stepping = stepping_cpu = 0.0
+        batched = 0  # the inference worker's batch sizes, summed
+        inference_cpu = 0.0  # its CPU seconds for this actor
         while True:
             self._poll(block=False)
-            if unroll - self._version > self._lag:
-                since = clock()
-                while unroll - self._version > self._lag:
-                    self._poll(block=True)  # too far ahead: wait for a version
-                waited += clock() - since
-            step = alg.rollout_step(obs)
+            step, version, held, batch, used = self._act(obs, unroll)
+            waited += held
+            batched += batch
+            inference_cpu += used
             timed = t % CPU_SAMPLE_EVERY == 0
             if timed:
                 since_cpu = cpu()
@@ -268,9 +302,9 @@ class _Actor:
             stepping += clock() - since
             if timed:
                 stepping_cpu += cpu() - since_cpu
-            if versions[0] != self._version:
-                versions = (self._version, torch.full(
-                    (env.num_envs, ), self._version, dtype=torch.int64))
+            if versions[0] != version:
+                versions = (version, torch.full(
+                    (env.num_envs, ), version, dtype=torch.int64))
             exp, next_obs = transition(alg, obs, step, ts, versions[1])
             self._write(t, (exp, {k: ts.episode_info.get(k, nan)
                                   for k in names}))
@@ -287,10 +321,12 @@ class _Actor:
                                     now_cpu - began_cpu,
                                     # steps 0, 8, ... of the t were timed
                                     stepping_cpu * t /
-                                    -(-t // CPU_SAMPLE_EVERY))))
+                                    -(-t // CPU_SAMPLE_EVERY),
+                                    batched / t, inference_cpu)))
                 unroll, t = unroll + 1, 0
                 began, began_cpu = now, now_cpu
                 waited = stepping = stepping_cpu = 0.0
+                batched, inference_cpu = 0, 0.0
 
     def _write(self, t: int, record) -> None:
         leaves = nest.flatten(record)

@@ -56,6 +56,7 @@ from alf.environments.batched import BatchedEnvironment
 from alf.trainers.actor import (actor_main, decode, encode,
                                 raise_reported, transition)
 from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.inference_worker import inference_main
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
 from alf.utils import distributed
@@ -78,11 +79,16 @@ class ActorReport(NamedTuple):
         learner_wait: the fraction of the learner's time since its first
             `collect` spent waiting for an unroll (the learner is ahead of
             collection).
+        inference_ms: the inference workers' CPU ms per env step (0
+            without them).
+        inference_batch: their mean batch, in requests (0 without them).
     """
     actor_ms: float
     env_ms: float
     actor_wait: float
     learner_wait: float
+    inference_ms: float = 0.0
+    inference_batch: float = 0.0
 
 
 class CollectionError(AlfError):
@@ -178,9 +184,14 @@ class AsyncCollector:
     that is training. `collect` assembles an unroll from all actors' columns
     and stores it in the algorithm in the learner's thread.
 
+    With ``inference_workers`` W > 0 it also spawns W inference workers
+    (`alf.trainers.inference_worker`), actor ``i`` served by worker
+    ``i % W``: they act for the actors in batches.
+
     Args:
         config: the rank's `TrainerConfig` (uses ``local_num_envs``,
-            ``envs_per_actor``, ``unroll_length`` and ``max_policy_lag``).
+            ``envs_per_actor``, ``unroll_length``, ``max_policy_lag`` and
+            ``inference_workers``).
     """
 
     def __init__(self, config):
@@ -202,13 +213,22 @@ class AsyncCollector:
         # over ``actor_steps`` env steps, their wall seconds and those spent
         # waiting for a version, and the learner's seconds since its first
         # `collect` and those spent waiting in it: for `actor_report`.
-        self.actor_cpu = self.env_cpu = 0.0
-        self.actor_steps = 0
+        self.actor_cpu = self.env_cpu = self.inference_cpu = 0.0
+        self.actor_steps = self.inference_requests = 0
+        self.inference_batches = 0.0
         self.actor_seconds = self.actor_blocked = 0.0
         self.learner_waited, self._first_collect = 0.0, None
         ctx = mp.get_context("spawn")
+        # The actors' pipes and processes, then the inference workers'.
         self._conns, self._procs = [], []
         n = config.local_num_envs // envs_per_actor
+        workers = config.inference_workers
+        if workers > n:
+            raise ConfigError(
+                f"TrainerConfig.inference_workers={workers} is more than "
+                f"the {n} actors of a process; use at most {n}")
+        self._n_actors = n
+        served: list = [[] for _ in range(workers)]  # workers' actor pipes
         self._envs_per_actor = envs_per_actor
         self._cols = [i * envs_per_actor for i in range(n)]
         gin_config = gin.config_str()
@@ -219,13 +239,31 @@ class AsyncCollector:
                 else None)
         for i in range(n):
             mine, theirs = ctx.Pipe()
+            policy = None
+            if workers:
+                policy, worker_end = ctx.Pipe()
+                served[i % workers].append(worker_end)
             proc = ctx.Process(target=actor_main, daemon=True,
                                name=f"alf-actor-{i}", args=(
                                    theirs, gin_config, config, spec,
                                    envs_per_actor, self._T, self._lag,
-                                   distributed.get_rank()))
+                                   distributed.get_rank(), policy))
             proc.start()
             theirs.close()
+            if policy is not None:
+                policy.close()  # the actor's now
+            self._conns.append(mine)
+            self._procs.append(proc)
+        for j in range(workers):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=inference_main, daemon=True,
+                               name=f"alf-inference-{j}", args=(
+                                   theirs, served[j], gin_config, config,
+                                   spec))
+            proc.start()
+            theirs.close()
+            for c in served[j]:
+                c.close()
             self._conns.append(mine)
             self._procs.append(proc)
         self._receiver = threading.Thread(target=self._receive, daemon=True,
@@ -252,6 +290,22 @@ class AsyncCollector:
         self._alg, self._episodes, self._next = algorithm, episodes, version
         self._preemption = preemption
         state = algorithm.acting_state()
+        # The workers first (they draw the actions: seeds after the
+        # actors'), ready before any actor steps, so that their start-up
+        # does not count as the actors' acting time.
+        workers = self._conns[self._n_actors:]
+        for j, conn in enumerate(workers):
+            self._send(conn, ("start", algorithm.observation_space,
+                              algorithm.action_space,
+                              actor_torch_seed(torch_seed,
+                                               self._n_actors + j),
+                              version, state))
+        ready: set = set()
+        while len(ready) < len(workers):
+            sender, message = self._get()
+            if sender >= self._n_actors and message[0] == "ready":
+                ready.add(sender)
+        state = self._actor_state(state)
         for i, (conn, col) in enumerate(zip(self._conns, self._cols)):
             self._send(conn, ("start", env_seed + col,
                               actor_torch_seed(torch_seed, i), version,
@@ -273,11 +327,11 @@ class AsyncCollector:
         preemption, cut = self._preemption, False
         if preemption is not None:
             preemption.begin(u)
-        while len(received) < len(self._conns):
+        while len(received) < self._n_actors:
             if preemption is not None and not cut and preemption.poll():
                 # Actors that already sent theirs ignore it.
                 message = encode(("cut", u, preemption.min_steps))
-                for i, conn in enumerate(self._conns):
+                for i, conn in enumerate(self._conns[:self._n_actors]):
                     if i not in received:
                         self._send(conn, message)
                 cut = True
@@ -287,7 +341,7 @@ class AsyncCollector:
                 self._unrolls.setdefault(message[1], {})[actor] = message
         del self._unrolls[u]
         waited = time.perf_counter() - start
-        parts = [received[i] for i in range(len(self._conns))]
+        parts = [received[i] for i in range(self._n_actors)]
         lengths = torch.cat([torch.full((p[2].reward.shape[1], ),
                                         p[2].reward.shape[0])
                              for p in parts])
@@ -333,9 +387,9 @@ class AsyncCollector:
         # Where the actors' time went during this unroll (mean over actors):
         # waiting for a newer policy (the lag bound), stepping environments,
         # and the rest (inference, bookkeeping, sending).
-        seconds, blocked, stepping, cpu, env_cpu = (
+        seconds, blocked, stepping, cpu, env_cpu, batch, inference_cpu = (
             torch.tensor([p[5][i] for p in parts], dtype=torch.float64)
-            for i in range(5))
+            for i in range(7))
         seconds = seconds.clamp(min=1e-9)
         self.actor_cpu += float(cpu.sum())
         self.env_cpu += float(env_cpu.sum())
@@ -343,12 +397,23 @@ class AsyncCollector:
         self.actor_seconds += float(seconds.sum())
         self.actor_blocked += float(blocked.sum())
         self.learner_waited += waited
-        return {"collect/policy_lag_mean": lag.mean(),
-                "collect/policy_lag_max": lag.max(),
-                "collect/learner_wait_fraction": torch.tensor(
-                    min(waited / max(period, 1e-9), 1.0)),
-                "collect/actor_wait_fraction": (blocked / seconds).mean(),
-                "collect/actor_env_fraction": (stepping / seconds).mean()}
+        summaries = {
+            "collect/policy_lag_mean": lag.mean(),
+            "collect/policy_lag_max": lag.max(),
+            "collect/learner_wait_fraction": torch.tensor(
+                min(waited / max(period, 1e-9), 1.0)),
+            "collect/actor_wait_fraction": (blocked / seconds).mean(),
+            "collect/actor_env_fraction": (stepping / seconds).mean()}
+        if len(self._conns) > self._n_actors:
+            self.inference_cpu += float(inference_cpu.sum())
+            # batch is each actor's mean over its steps: weigh by steps.
+            steps = torch.tensor([p[2].reward.shape[0] for p in parts],
+                                 dtype=torch.float64)
+            self.inference_batches += float((batch * steps).sum())
+            self.inference_requests += int(steps.sum())
+            summaries["collect/inference_batch_mean"] = torch.tensor(
+                self.inference_batches / max(self.inference_requests, 1))
+        return summaries
 
     def actor_report(self) -> Optional[ActorReport]:
         """Where the actors' and the learner's time went so far (see
@@ -360,16 +425,38 @@ class AsyncCollector:
             1000 * self.actor_cpu / self.actor_steps,
             1000 * self.env_cpu / self.actor_steps,
             self.actor_blocked / max(self.actor_seconds, 1e-9),
-            min(self.learner_waited / max(elapsed, 1e-9), 1.0))
+            min(self.learner_waited / max(elapsed, 1e-9), 1.0),
+            1000 * self.inference_cpu / self.actor_steps,
+            self.inference_batches / max(self.inference_requests, 1))
 
     def publish(self, version: int) -> None:
-        """Sends the learner's policy at ``version`` to every actor."""
-        data = encode(("state", version, self._alg.acting_state()))
-        for conn in self._conns:
+        """Sends the learner's policy at ``version`` to every inference
+        worker and actor."""
+        state = self._alg.acting_state()
+        data = encode(("state", version, state))
+        # The workers first: an actor waiting for a worker's answer reads
+        # nothing from the learner until the worker has the version it
+        # waits for.
+        for conn in self._conns[self._n_actors:]:
+            self._send(conn, data)
+        if len(self._conns) > self._n_actors:
+            data = encode(("state", version, self._actor_state(state)))
+        for conn in self._conns[:self._n_actors]:
             self._send(conn, data)
 
+    def _actor_state(self, state: dict) -> dict:
+        """What the actors need of an ``acting_state``: all of it, or with
+        inference workers (who act for them) the observation normaliser's
+        statistics alone, a message small enough for a pipe's buffer."""
+        if len(self._conns) == self._n_actors:
+            return state
+        return {"tensors": {k: v for k, v in state["tensors"].items()
+                            if k.startswith("observation_normalizer.")},
+                "scalars": state["scalars"]}
+
     def close(self) -> None:
-        """Stops the actors (killing any that do not stop in time)."""
+        """Stops the actors and inference workers (killing any that do not
+        stop in time)."""
         stop = encode(("stop", ))
         for conn in self._conns:
             try:
@@ -408,9 +495,7 @@ class AsyncCollector:
                 self._raise_dead(actor)
             message = decode(data)
             if message[0] == "error":
-                raise_reported(message, f"actor {actor} "
-                               f"({self._describe_actor(actor)})",
-                               CollectionError)
+                raise_reported(message, self._name(actor), CollectionError)
             return actor, message
 
     def _raise_dead(self, actor: Optional[int] = None):
@@ -423,14 +508,20 @@ class AsyncCollector:
         how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
                if code is not None and code < 0 else
                f"exited with code {code}")
-        raise CollectionError(f"actor {actor} ({self._describe_actor(actor)})"
-                              f" {how}")
+        raise CollectionError(f"{self._name(actor)} {how}")
 
-    def _describe_actor(self, actor: int) -> str:
-        first = self._cols[actor]
+    def _name(self, index: int) -> str:
+        """Names process ``index`` of ``_procs`` for an error message."""
+        n, workers = self._n_actors, len(self._procs) - self._n_actors
+        if index >= n:
+            j = index - n
+            return (f"inference worker {j} (of actors "
+                    f"{', '.join(map(str, range(j, n, workers)))})")
+        first = self._cols[index]
         last = first + self._envs_per_actor - 1
-        return (f"environment {first}" if first == last else
-                f"environments {first}-{last}") + " of this process"
+        return f"actor {index} (" + (
+            f"environment {first}" if first == last else
+            f"environments {first}-{last}") + " of this process)"
 
     def _receive(self) -> None:
         """The receiving thread: actors' messages into the queue (``None``

@@ -173,8 +173,12 @@ class Reporter:
             1000 * self._learner_cpu / max(local_steps, 1),
             "" if actors is None else
             " | actors %.3f ms CPU/step (env step %.3f), waiting %.0f%% for "
-            "a policy | learner waiting %.0f%% for unrolls" % (
-                actors[0], actors[1], 100 * actors[2], 100 * actors[3]),
+            "a policy%s | learner waiting %.0f%% for unrolls" % (
+                actors.actor_ms, actors.env_ms, 100 * actors.actor_wait,
+                "" if not actors.inference_batch else
+                " | inference %.3f ms CPU/step (batch %.1f)" % (
+                    actors.inference_ms, actors.inference_batch),
+                100 * actors.learner_wait),
             f" | preempted {preempted}" if self._counts.preempting else "")
 
     # ---- evaluation -------------------------------------------------------

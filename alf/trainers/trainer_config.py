@@ -65,6 +65,14 @@ class TrainerConfig:
             environments; MetaDrive takes only 1 (one engine per process;
             more is refused with a one-line error); fast ones may prefer a
             few per actor.
+        inference_workers: ``"async"`` only: processes per training
+            process that act for its actors in batches (Sample Factory's
+            policy workers; `alf.trainers.inference_worker`); actor ``i``
+            is served by worker ``i % inference_workers``. 0 (default):
+            each actor acts with its own copy of the policy, on a batch of
+            its environments. Pays where simulator steps evict the
+            policy from an actor's caches and there are many actors per
+            worker (MetaDrive on many cores); at most the number of actors.
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished
@@ -178,6 +186,7 @@ class TrainerConfig:
     unroll_mode: str = "sync"
     max_policy_lag: int = 1
     envs_per_actor: int = 1
+    inference_workers: int = 0
     unroll_length: int = 128
     preempt_stragglers: bool = False
     sync_frac: float = 0.6
@@ -244,11 +253,17 @@ class TrainerConfig:
             raise ConfigError(f"TrainerConfig.unroll_mode="
                               f"{self.unroll_mode!r}; valid: "
                               f"{', '.join(UNROLL_MODES)}")
-        if (not isinstance(self.max_policy_lag, int)
-                or self.max_policy_lag < 0):
-            raise ConfigError(f"TrainerConfig.max_policy_lag="
-                              f"{self.max_policy_lag!r}; it must be an "
-                              "integer >= 0")
+        for name in ("max_policy_lag", "inference_workers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"TrainerConfig.{name}={value!r}; it "
+                                  "must be an integer >= 0")
+        if self.inference_workers and self.unroll_mode != "async":
+            raise ConfigError(
+                f"TrainerConfig.inference_workers={self.inference_workers} "
+                f"needs unroll_mode=\"async\" (it is "
+                f"{self.unroll_mode!r}); drop it or set "
+                "TrainerConfig.unroll_mode=\"async\"")
         for name in ("sync_frac", "min_rollout_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:

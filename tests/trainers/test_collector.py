@@ -6,6 +6,8 @@ and each environment sleeps its own, varying time per step, so that the
 actors run at different paces.
 """
 import copy
+import functools
+import pickle
 import time
 
 import gymnasium as gym
@@ -15,13 +17,14 @@ import torch
 
 from alf import nest
 from alf.algorithms.ppo_algorithm import PPOAlgorithm
+from alf.networks.actor import ActorDistributionNetwork
 from alf.trainers.collector import AsyncCollector, CollectionError
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.preemption import Preemption
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed
 from alf.utils.distributed import activate_ddp
-from alf.utils.errors import AlfError, TrainingError
+from alf.utils.errors import AlfError, TrainingError, one_line
 from distributed_harness import run_ranks, values
 
 pytestmark = pytest.mark.timeout(120)
@@ -109,8 +112,11 @@ def _take(alg):
     return exp
 
 
-def test_async_unrolls_are_exact_trajectories_with_acting_log_probs():
-    cfg = _config(max_policy_lag=1)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_async_unrolls_are_exact_trajectories_with_acting_log_probs(workers):
+    # With inference workers (2 for 3 actors: one serves two) the acting
+    # version is the worker's, and the check below holds it to that.
+    cfg = _config(max_policy_lag=1, inference_workers=workers)
     collector, alg = _started(cfg)
     policies = {0: copy.deepcopy(alg.actor)}
     unrolls = []
@@ -239,10 +245,12 @@ def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(
         assert episodes._len[b] == (0 if done else last[2] + 1), b
 
 
-def test_lag_zero_waits_for_every_version():
+@pytest.mark.parametrize("workers", [0, 1])
+def test_lag_zero_waits_for_every_version(workers):
     """With max_policy_lag=0 no actor steps into unroll u+1 before the
-    learner publishes version u+1; every stored step is exactly on-policy."""
-    cfg = _config(max_policy_lag=0)
+    learner publishes version u+1; every stored step is exactly on-policy
+    (with an inference worker, the worker holds the actors' requests)."""
+    cfg = _config(max_policy_lag=0, inference_workers=workers)
     collector, alg = _started(cfg)
     try:
         for u in range(3):
@@ -263,10 +271,12 @@ def test_lag_zero_waits_for_every_version():
     assert report.learner_wait < report.actor_wait, report
 
 
-def test_a_step_staler_than_the_bound_is_refused():
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_step_staler_than_the_bound_is_refused(workers):
     """Negative control of the learner's check: actors allowed one version
     of lag, a learner that allows none sees a stale step and refuses it."""
-    collector, alg = _started(_config(max_policy_lag=1))
+    collector, alg = _started(_config(max_policy_lag=1,
+                                      inference_workers=workers))
     try:
         collector._lag = 0
         collector.collect()  # unroll 0: version 0, fresh
@@ -302,6 +312,64 @@ def test_a_killed_actor_is_named_with_its_signal():
     finally:
         collector.close()
     assert not any(p.is_alive() for p in collector._procs)
+
+
+def test_a_killed_inference_worker_is_named_and_nothing_outlives_it():
+    collector, alg = _started(_config(inference_workers=1))
+    try:
+        collector.collect()
+        victim = collector._procs[3]  # after the 3 actors
+        victim.kill()
+        victim.join(10)
+        with pytest.raises(CollectionError, match="inference worker 0"):
+            for _ in range(20):
+                collector.collect()
+                _take(alg)
+                collector.publish(collector._next)
+    finally:
+        collector.close()
+    assert not any(p.is_alive() for p in collector._procs)
+
+
+def test_a_policy_larger_than_a_pipe_is_published_to_waiting_actors():
+    """Regression: with max_policy_lag=0 the actors wait inside their
+    worker's answer while the learner publishes; a policy bigger than a
+    pipe's buffer (64 KB) sent to an actor before its worker blocked the
+    learner forever."""
+    big = functools.partial(PPOAlgorithm, actor_network_ctor=functools.partial(
+        ActorDistributionNetwork, hidden_sizes=(256, 256)),
+        normalize_observations=True)
+    cfg = _config(algorithm_ctor=big, max_policy_lag=0, inference_workers=1)
+    collector = AsyncCollector(cfg)
+    obs_space, action_space, names = collector.describe()
+    alg = big(obs_space, action_space, cfg)
+    assert len(pickle.dumps(alg.acting_state())) > 2 ** 16
+    collector.start(alg, EpisodeStats(cfg.local_num_envs, names), 100, 0, 1)
+    try:
+        for u in range(3):
+            collector.collect()
+            exp = _take(alg)
+            assert (exp.policy_version == u).all()
+            collector.publish(u + 1)
+    finally:
+        collector.close()
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(inference_workers=1, unroll_mode="sync"),
+     'inference_workers=1 needs unroll_mode="async"'),
+    (dict(inference_workers=-1), "inference_workers=-1; it must be"),
+])
+def test_bad_inference_workers_is_a_one_line_error(kw, match):
+    with pytest.raises(AlfError, match=match) as e:
+        _config(**kw)
+    assert "\n" not in one_line(e.value)  # what the CLI prints
+
+
+def test_more_inference_workers_than_actors_is_refused():
+    with pytest.raises(AlfError, match="inference_workers=4 is more than "
+                       "the 3 actors of a process; use at most 3"):
+        AsyncCollector(_config(inference_workers=4))
 
 
 # ---- 2 ranks on asynchronously collected batches == 1 process ------------
