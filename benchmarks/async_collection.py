@@ -200,7 +200,9 @@ def main():
                     said = ("" if unroll_mode == "sync" else
                             f", actors {r['actor_ms']:.3f} (env step "
                             f"{r['env_ms']:.3f}), waiting "
-                            f"{r['actor_wait']:.0%}, learner waiting "
+                            f"{r['actor_wait']:.0%} (slowest actor "
+                            f"{r['actor_spread']:.2f}x the fastest), "
+                            f"learner waiting "
                             f"{r['learner_wait']:.0%}")
                     if r["inference_batch"]:
                         said += (f", inference {r['inference_ms']:.3f} "

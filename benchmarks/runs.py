@@ -122,9 +122,9 @@ _STAMPED = re.compile(r"^I\d{4} (\d\d):(\d\d):([\d.]+) .*"
                       r"\| env steps (\d+)/\d+ \|", re.MULTILINE)
 _LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step")
 _ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)\), "
-                     r"waiting (\d+)% for a policy (?:\| inference ([\d.]+) "
-                     r"ms CPU/step \(batch ([\d.]+)\) )?\| learner waiting "
-                     r"(\d+)%")
+                     r"waiting (\d+)% for a policy, slowest ([\d.]+)x the "
+                     r"fastest (?:\| inference ([\d.]+) ms CPU/step \(batch "
+                     r"([\d.]+)\) )?\| learner waiting (\d+)%")
 
 
 def steady_rate(output: str) -> float:
@@ -171,7 +171,8 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         collection, rank 0's actors' CPU ms per env step, all of it and the
         part in the environments' step, ``inference_ms`` and
         ``inference_batch``: its inference workers' CPU ms per env step and
-        mean batch (0 without them), ``actor_wait`` and
+        mean batch (0 without them), ``actor_spread``: the slowest actor's
+        busy time over the fastest's (`ActorReport`), ``actor_wait`` and
         ``learner_wait``: the fractions of their time that the actors
         waited for a policy and the learner for unrolls (NaN otherwise).
 
@@ -195,13 +196,14 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
     actors = _ACTORS.findall(out.stdout)
     nan = float("nan")
     last = ([float(x) if x else 0.0 for x in actors[-1]] if actors else
-            [nan] * 6)
+            [nan] * 7)
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
             "steady_rate": steady_rate(out.stdout), "env_steps": steps,
             "learner_ms": float(learner[-1]) if learner else nan,
             "actor_ms": last[0], "env_ms": last[1],
-            "actor_wait": last[2] / 100, "inference_ms": last[3],
-            "inference_batch": last[4], "learner_wait": last[5] / 100}
+            "actor_wait": last[2] / 100, "actor_spread": last[3],
+            "inference_ms": last[4], "inference_batch": last[5],
+            "learner_wait": last[6] / 100}
 
 
 def run_in_own_group(cmd: Sequence[str]) -> subprocess.CompletedProcess:

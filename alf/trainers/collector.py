@@ -82,6 +82,10 @@ class ActorReport(NamedTuple):
         inference_ms: the inference workers' CPU ms per env step (0
             without them).
         inference_batch: their mean batch, in requests (0 without them).
+        actor_spread: the slowest actor's busy time over the fastest's
+            (time not spent waiting for a version), per unroll, averaged:
+            an unroll waits for its slowest actor, and at the lag bound the
+            others wait for it (1.0: all alike).
     """
     actor_ms: float
     env_ms: float
@@ -89,6 +93,7 @@ class ActorReport(NamedTuple):
     learner_wait: float
     inference_ms: float = 0.0
     inference_batch: float = 0.0
+    actor_spread: float = 1.0
 
 
 class CollectionError(AlfError):
@@ -216,6 +221,7 @@ class AsyncCollector:
         self.actor_cpu = self.env_cpu = self.inference_cpu = 0.0
         self.actor_steps = self.inference_requests = 0
         self.inference_batches = 0.0
+        self.spread_sum, self.unrolls = 0.0, 0
         self.actor_seconds = self.actor_blocked = 0.0
         self.learner_waited, self._first_collect = 0.0, None
         ctx = mp.get_context("spawn")
@@ -397,12 +403,17 @@ class AsyncCollector:
         self.actor_seconds += float(seconds.sum())
         self.actor_blocked += float(blocked.sum())
         self.learner_waited += waited
+        busy = (seconds - blocked).clamp(min=1e-9)
+        spread = busy.max() / busy.min()
+        self.spread_sum += float(spread)
+        self.unrolls += 1
         summaries = {
             "collect/policy_lag_mean": lag.mean(),
             "collect/policy_lag_max": lag.max(),
             "collect/learner_wait_fraction": torch.tensor(
                 min(waited / max(period, 1e-9), 1.0)),
             "collect/actor_wait_fraction": (blocked / seconds).mean(),
+            "collect/actor_busy_spread": spread,
             "collect/actor_env_fraction": (stepping / seconds).mean()}
         if len(self._conns) > self._n_actors:
             self.inference_cpu += float(inference_cpu.sum())
@@ -427,7 +438,8 @@ class AsyncCollector:
             self.actor_blocked / max(self.actor_seconds, 1e-9),
             min(self.learner_waited / max(elapsed, 1e-9), 1.0),
             1000 * self.inference_cpu / self.actor_steps,
-            self.inference_batches / max(self.inference_requests, 1))
+            self.inference_batches / max(self.inference_requests, 1),
+            self.spread_sum / self.unrolls)
 
     def publish(self, version: int) -> None:
         """Sends the learner's policy at ``version`` to every inference

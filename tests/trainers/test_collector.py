@@ -136,6 +136,9 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs(workers):
     finally:
         collector.close()
     assert report.learner_wait > 0.5, report
+    # Env 102 never sleeps, 100 sleeps 0.75 ms a step on average: its actor
+    # is busy far longer per unroll.
+    assert report.actor_spread > 1.3, report
     lags = []
     for u, exp in enumerate(unrolls):
         lag = u - exp.policy_version
