@@ -21,7 +21,8 @@ to back: every ``F.linear`` call of as many more iterations is recorded (its
 rows, inputs and outputs; with gradients, its weight gradient's product and,
 where its input needs one, the input gradient's), and each distinct product
 shape is timed here with ``torch.mm`` on one thread. Printed: the learner's
-CPU ms per env step, the floor's, and their ratio. Convolutions are not
+CPU ms per env step, the floor's, and their ratio, and each iteration's CPU
+seconds (PPG's auxiliary phase makes one in ``aux_interval`` longer). Convolutions are not
 counted (their count is printed): for a CNN the floor is an underestimate.
 """
 import argparse
@@ -116,17 +117,23 @@ def main():
         return update(*a, **kw)
     alg.update_with_gradient = counted_update
 
+    per_iteration: list = []
+
     def train(iterations: int) -> float:
         start = time.thread_time()
+        per_iteration.clear()
         for i in range(iterations):
+            began = time.thread_time()
             for t in range(steps):
                 alg.store(nest.map_structure(lambda x: x[t], unroll))
             alg.train_iter(progress=i / max(1, args.iterations))
+            per_iteration.append(time.thread_time() - began)
         return time.thread_time() - start
 
     train(1)  # warm-up: allocations, first calls
     updates[0] = 0
     seconds = train(args.iterations)
+    iteration_seconds = list(per_iteration)
     timed_updates = updates[0]
     # Counted on as many more iterations (the mode costs time per call),
     # which hold as many auxiliary phases when ``iterations`` is a multiple
@@ -144,6 +151,12 @@ def main():
           f" in the counted iterations); {len(counts)} product shapes, "
           f"{sum(counts.values())} products")
     print(f"  learner  {seconds * ms:8.4f} ms CPU per env step")
+    # Uneven iterations (PPG's auxiliary phase) stall asynchronous
+    # collection at its lag bound even when the mean keeps up.
+    mean = sum(iteration_seconds) / len(iteration_seconds)
+    print("  per iteration (s CPU): " +
+          " ".join(f"{x:.2f}" for x in iteration_seconds) +
+          f"; the longest {max(iteration_seconds) / mean:.2f}x the mean")
     print(f"  floor    {floor * ms:8.4f} ms (its nn.Linear products alone"
           f"{f'; {convs} convolutions not counted' if convs else ''})")
     print(f"  ratio    {seconds / floor:8.2f}x the floor")
