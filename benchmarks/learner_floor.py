@@ -22,8 +22,9 @@ rows, inputs and outputs; with gradients, its weight gradient's product and,
 where its input needs one, the input gradient's), and each distinct product
 shape is timed here with ``torch.mm`` on one thread. Printed: the learner's
 CPU ms per env step, the floor's, and their ratio, and each iteration's CPU
-seconds (PPG's auxiliary phase makes one in ``aux_interval`` longer). Convolutions are not
-counted (their count is printed): for a CNN the floor is an underestimate.
+seconds (PPG's auxiliary phase makes one in ``aux_interval`` longer).
+Convolutions are not counted (their count is printed): for a CNN the floor
+is an underestimate.
 """
 import argparse
 import collections
