@@ -171,6 +171,8 @@ class PPGAlgorithm(PPOAlgorithm):
     def train_on_unroll(self, exp, progress: float):
         stats = super().train_on_unroll(exp, progress)
         if self.aux_buffer.num_steps == self.aux_buffer.capacity:
+            if self.policy_ready is not None:
+                self.policy_ready()  # collection need not wait for the phase
             stats.update(self._auxiliary_phase())
             self.bound_log_std(progress)  # the clone loss moves it too
         return stats

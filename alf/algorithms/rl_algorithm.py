@@ -1,5 +1,5 @@
 """RL algorithm bases: observation normalisation and on-policy training."""
-from typing import Dict, Iterator, Optional, Tuple, Type
+from typing import Callable, Dict, Iterator, Optional, Tuple, Type
 
 import gymnasium as gym
 import torch
@@ -57,6 +57,14 @@ class RLAlgorithm(Algorithm):
         # Training iterations behind the current policy; the trainer's
         # collector keeps it (stored steps of lower versions are stale).
         self.policy_version = 0
+        #: Set by the trainer: ``train_iter`` calls it where the policy is
+        #: ready to act as the coming version although work remains that
+        #: changes it little (PPG's auxiliary phase, whose clone loss keeps
+        #: the policy close), so that asynchronous collection need not wait
+        #: for that work; the trainer publishes the iteration's final
+        #: weights, as the same version, after ``train_iter``. Every step
+        #: still stores the log-probability of the weights that acted.
+        self.policy_ready: Optional[Callable[[], None]] = None
         if normalize_observations:
             self.observation_normalizer = RunningNormalizer(
                 observation_space.shape)

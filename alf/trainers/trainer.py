@@ -10,6 +10,7 @@ collection (`collector`), the env steps the ranks agree they collected
 and checkpoint requests (`stop_requests`), and seeds (`seeds`).
 """
 import errno
+import functools
 import signal
 import time
 from typing import Callable, Dict, Optional, Union
@@ -247,6 +248,9 @@ class Trainer:
                     self._collector.last_preempted)
                 steps = self.env_steps + collected
                 learner_start = time.thread_time()
+                version = self.iteration + 1
+                self.algorithm.policy_ready = functools.partial(
+                    self._collector.publish, version)
                 try:
                     stats = self.algorithm.train_iter(
                         min(steps / cfg.num_env_steps, 1.0))
@@ -257,7 +261,7 @@ class Trainer:
                         "checkpoint") from e
                 self._reporter.add_learner_cpu(time.thread_time() -
                                                learner_start)
-                self._collector.publish(self.iteration + 1)
+                self._collector.publish(version)
                 if self._preemption is not None:
                     self._preemption.set_run_rate(self._counts.run_rate(
                         collected, time.perf_counter() - iteration_start))

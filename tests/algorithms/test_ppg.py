@@ -302,3 +302,22 @@ def test_a_beta_policy_goes_through_both_phases():
     with torch.no_grad():
         moved = alg.actor(obs)
     assert not torch.allclose(moved.alpha, dist.alpha)
+
+
+def test_the_policy_is_ready_before_the_auxiliary_phase():
+    """`policy_ready` is called once per auxiliary phase, after the policy
+    phase and before the auxiliary one (which then moves the policy)."""
+    alg = _ppg(aux_interval=2)
+    calls = []
+    alg.policy_ready = lambda: calls.append(
+        [p.clone() for p in alg.actor.parameters()])
+    for i, exp in enumerate(_unrolls(4)):
+        for t in range(T):
+            alg.store(nest.map_structure(lambda x: x[t], exp))
+        before = len(calls)
+        stats = alg.train_iter(0.0)
+        assert len(calls) - before == ("aux/kl" in stats), i
+        if "aux/kl" in stats:  # ready weights: the policy phase's alone
+            assert any(not torch.equal(a, b) for a, b in
+                       zip(calls[-1], alg.actor.parameters()))
+    assert len(calls) == 2

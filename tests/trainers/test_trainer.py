@@ -1,5 +1,6 @@
 """In-process tests of alf/trainers/trainer.py: checkpoint/resume, NaN losses,
 interruption (the CLI's Ctrl-C test is in tests/bin/test_train.py)."""
+import functools
 import glob
 import math
 import os
@@ -11,8 +12,10 @@ import pytest
 import torch
 
 from alf.algorithms import PPOAlgorithm
+from alf.algorithms.ppg_algorithm import PPGAlgorithm
 from alf.trainers import Trainer, TrainerConfig, TrainingInterrupted
 from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.collector import AsyncCollector
 from alf.utils.errors import AlfError, TrainingError
 
 SPI = 32  # env steps per iteration: 2 envs x 16 steps
@@ -343,3 +346,23 @@ def test_interrupt_during_train_iter_saves_consistent_counters(tmp_path):
     # second one (or any KeyboardInterrupt) raises wherever the loop is.
     counters = _interrupt(str(tmp_path), "train_iter", 3)
     assert counters["env_steps"] == counters["iteration"] * SPI
+
+
+@pytest.mark.timeout(120)
+def test_async_ppg_publishes_its_policy_before_the_auxiliary_phase(
+        tmp_path, monkeypatch):
+    """An iteration with PPG's auxiliary phase publishes its version twice:
+    when the policy phase is done (collection need not wait for the
+    auxiliary phase) and, the same version, with the final weights."""
+    published = []
+    publish = AsyncCollector.publish
+
+    def recording(self, version):
+        published.append(version)
+        publish(self, version)
+    monkeypatch.setattr(AsyncCollector, "publish", recording)
+    ppg = functools.partial(PPGAlgorithm, aux_interval=2, aux_epochs=1,
+                            aux_minibatch_size=32)
+    Trainer(str(tmp_path), config=tiny_config(
+        algorithm_ctor=ppg, unroll_mode="async")).train()
+    assert published == [1, 2, 2, 3, 4, 4]
