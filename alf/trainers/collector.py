@@ -507,6 +507,15 @@ class AsyncCollector:
                 self._raise_dead(actor)
             message = decode(data)
             if message[0] == "error":
+                if message[2] == "InferenceWorkerDied":
+                    # Name the cause, not the actor that saw it: a worker
+                    # that died, or one whose own error message follows.
+                    worker = self._n_actors + actor % (
+                        len(self._procs) - self._n_actors)
+                    self._procs[worker].join(timeout=5)
+                    if self._procs[worker].exitcode != 0:
+                        self._raise_dead(worker)
+                    continue
                 raise_reported(message, self._name(actor), CollectionError)
             return actor, message
 
