@@ -223,10 +223,17 @@ def test_a_stalled_rank_is_named_under_torchrun(tmp_path):
     cmd = _torchrun_cmd(tmp_path / "run", ENDLESS,
                         ["collective_timeout.seconds=10"])
     run, _ = _start(tmp_path, 0, cmd=cmd)
-    os.kill(_torchrun_workers(run.proc.pid)[-1], signal.SIGSTOP)
+    stalled = _torchrun_workers(run.proc.pid)[-1]
+    os.kill(stalled, signal.SIGSTOP)
+    said = "rank 0 lost its peers: rank 1 showed no sign of life"
+    deadline = time.time() + 90
+    while said not in run.out and time.time() < deadline:
+        time.sleep(0.2)
+    # Named; torchrun would give the stopped rank 30 s to heed its SIGTERM
+    # before killing it: let it heed it (CI's time).
+    os.kill(stalled, signal.SIGCONT)
     assert run.finish(timeout=120) != 0
-    assert ("rank 0 lost its peers: rank 1 showed no sign of life"
-            in run.out), run.out[-3000:]
+    assert said in run.out, run.out[-3000:]
     assert_no_process_left(run.proc.pid)
 
 
