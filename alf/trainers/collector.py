@@ -233,7 +233,7 @@ class AsyncCollector:
             raise ConfigError(
                 f"TrainerConfig.inference_workers={workers} is more than "
                 f"the {n} actors of a process; use at most {n}")
-        self._n_actors = n
+        self._n_actors, self._n_workers = n, workers
         served: list = [[] for _ in range(workers)]  # workers' actor pipes
         self._envs_per_actor = envs_per_actor
         self._cols = [i * envs_per_actor for i in range(n)]
@@ -415,7 +415,7 @@ class AsyncCollector:
             "collect/actor_wait_fraction": (blocked / seconds).mean(),
             "collect/actor_busy_spread": spread,
             "collect/actor_env_fraction": (stepping / seconds).mean()}
-        if len(self._conns) > self._n_actors:
+        if self._n_workers:
             self.inference_cpu += float(inference_cpu.sum())
             # batch is each actor's mean over its steps: weigh by steps.
             steps = torch.tensor([p[2].reward.shape[0] for p in parts],
@@ -451,7 +451,7 @@ class AsyncCollector:
         # waits for.
         for conn in self._conns[self._n_actors:]:
             self._send(conn, data)
-        if len(self._conns) > self._n_actors:
+        if self._n_workers:
             data = encode(("state", version, self._actor_state(state)))
         for conn in self._conns[:self._n_actors]:
             self._send(conn, data)
@@ -460,7 +460,7 @@ class AsyncCollector:
         """What the actors need of an ``acting_state``: all of it, or with
         inference workers (who act for them) the observation normaliser's
         statistics alone, a message small enough for a pipe's buffer."""
-        if len(self._conns) == self._n_actors:
+        if not self._n_workers:
             return state
         return {"tensors": {k: v for k, v in state["tensors"].items()
                             if k.startswith("observation_normalizer.")},
@@ -510,8 +510,7 @@ class AsyncCollector:
                 if message[2] == "InferenceWorkerDied":
                     # Name the cause, not the actor that saw it: a worker
                     # that died, or one whose own error message follows.
-                    worker = self._n_actors + actor % (
-                        len(self._procs) - self._n_actors)
+                    worker = self._n_actors + actor % self._n_workers
                     self._procs[worker].join(timeout=5)
                     if self._procs[worker].exitcode != 0:
                         self._raise_dead(worker)
@@ -533,7 +532,7 @@ class AsyncCollector:
 
     def _name(self, index: int) -> str:
         """Names process ``index`` of ``_procs`` for an error message."""
-        n, workers = self._n_actors, len(self._procs) - self._n_actors
+        n, workers = self._n_actors, self._n_workers
         if index >= n:
             j = index - n
             return (f"inference worker {j} (of actors "
