@@ -125,5 +125,6 @@ def main() -> None:
                 f"{det[m]:8.3f} {samp[m]:8.3f} {det[m] - samp[m]:+8.3f}"
                 for m in metrics), flush=True)
 
+
 if __name__ == "__main__":
     main()

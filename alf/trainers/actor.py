@@ -24,11 +24,11 @@ Messages (`encode`d, over the actor's pipe):
   ``("unroll", u, experience, episode_info, normalizer_sums, (seconds,
   seconds waiting for a version, seconds in the environments' step, CPU
   seconds, CPU seconds in the environments' step, the inference worker's
-  mean batch and CPU seconds for this actor, 0 without one))`` (the environments'
-  CPU time counts this thread only: in-process environments, e.g. one
-  MetaDrive engine per actor; an ``async_env`` subprocess is not counted;
-  it is measured on every `CPU_SAMPLE_EVERY`-th step and scaled to the
-  unroll),
+  mean batch and CPU seconds for this actor, 0 without one))`` (the
+  environments' CPU time counts this thread only: in-process environments,
+  e.g. one MetaDrive engine per actor; an ``async_env`` subprocess is not
+  counted; it is measured on every `CPU_SAMPLE_EVERY`-th step and scaled
+  to the unroll),
   ``("error", is_user_error, type name, one-line message, traceback)``.
 """
 import pickle

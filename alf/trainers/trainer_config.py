@@ -70,9 +70,11 @@ class TrainerConfig:
             policy workers; `alf.trainers.inference_worker`); actor ``i``
             is served by worker ``i % inference_workers``. 0 (default):
             each actor acts with its own copy of the policy, on a batch of
-            its environments. Pays where simulator steps evict the
-            policy from an actor's caches and there are many actors per
-            worker (MetaDrive on many cores); at most the number of actors.
+            its environments. At most the number of actors. Built for
+            simulators whose steps evict the policy from an actor's
+            caches; measured so far (MetaDrive, 2 cores) it loses: a
+            step's round trip through pipes costs more than acting in the
+            actor (README, "Asynchronous collection").
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished
