@@ -18,6 +18,10 @@ leaves the CPU to other processes, as a slower machine elsewhere would.
 simulator that takes that much longer would. Unlike ``slowdown`` it does
 not scale with the machine's load, so a test that needs the rank to stay
 slower than the learner's training on a busy machine uses it.
+``delay_spread`` makes that delay uneven as a simulator's is (MetaDrive's
+step costs what its scenario's traffic costs): every episode of every
+environment batch draws a factor ``exp(N(0, delay_spread))`` for its
+steps' delay, from a generator seeded by the reset's seed.
 """
 import os
 import time
@@ -53,13 +57,17 @@ class SlowedEnvironment(BatchedEnvironment):
         env: the environments to slow down.
         slowdown: how many times slower they step.
         delay: seconds added to every step.
+        delay_spread: the spread of ``delay`` over episodes (see the
+            module's doc).
     """
 
     def __init__(self, env: BatchedEnvironment, slowdown: float,
-                 delay: float = 0.0):
+                 delay: float = 0.0, delay_spread: float = 0.0):
         super().__init__(env.num_envs, env.observation_space,
                          env.action_space)
         self._env, self._extra, self._delay = env, slowdown - 1.0, delay
+        self._spread, self._factor = delay_spread, 1.0
+        self._rng = np.random.default_rng()
         self._last: Optional[float] = None
         # Running mean of the period between steps.
         self._typical: Optional[float] = None
@@ -71,8 +79,17 @@ class SlowedEnvironment(BatchedEnvironment):
     def reset(self, seed: Optional[int] = None) -> TimeStep:
         """Resets the wrapped environments."""
         out = self._env.reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._draw()
         self._last = time.perf_counter()
         return out
+
+    def _draw(self) -> None:
+        """A new episode's delay factor."""
+        if self._spread:
+            self._factor = float(np.exp(self._rng.normal(0.0,
+                                                         self._spread)))
 
     def step(self, action: torch.Tensor) -> TimeStep:
         """Steps the wrapped environments, then sleeps (see the module's
@@ -88,7 +105,9 @@ class SlowedEnvironment(BatchedEnvironment):
             else:
                 self._typical = (period if typical is None else
                                  0.9 * typical + 0.1 * period)
-            self._owed += self._extra * period + self._delay
+            self._owed += self._extra * period + self._delay * self._factor
+            if self._spread and bool((out.terminated | out.truncated).any()):
+                self._draw()
             if self._owed > 0:
                 time.sleep(self._owed)
                 self._owed -= time.perf_counter() - now
@@ -114,19 +133,22 @@ def straggler_load(env_name: str, num_envs: int, seed=None,
                    asynchronous: bool = False,
                    load_fn: Optional[Callable] = None,
                    ranks: Sequence[int] = (1, ), slowdown: float = 2.0,
-                   delay: float = 0.0, **kwargs):
+                   delay: float = 0.0, delay_spread: float = 0.0,
+                   **kwargs):
     """``load_fn``'s environments, ``slowdown`` times slower and ``delay``
-    seconds longer per step in ``ranks`` (an ``env_load_fn`` for
-    `TrainerConfig`); ``kwargs`` go to ``load_fn``."""
-    if slowdown < 1 or delay < 0:
+    seconds longer per step (spread over episodes by ``delay_spread``) in
+    ``ranks`` (an ``env_load_fn`` for `TrainerConfig`); ``kwargs`` go to
+    ``load_fn``."""
+    if slowdown < 1 or delay < 0 or delay_spread < 0:
         raise ConfigError(
-            f"straggler_load: slowdown={slowdown!r}, delay={delay!r}; "
-            "valid: slowdown >= 1 and delay >= 0 seconds")
+            f"straggler_load: slowdown={slowdown!r}, delay={delay!r}, "
+            f"delay_spread={delay_spread!r}; valid: slowdown >= 1, delay "
+            ">= 0 seconds and delay_spread >= 0")
     if load_fn is None:
         from alf.environments import suite_gym
         load_fn = suite_gym.load
     env = load_fn(env_name, num_envs=num_envs, seed=seed,
                   asynchronous=asynchronous, **kwargs)
     if (slowdown > 1 or delay > 0) and collecting_rank() in tuple(ranks):
-        env = SlowedEnvironment(env, slowdown, delay)
+        env = SlowedEnvironment(env, slowdown, delay, delay_spread)
     return env

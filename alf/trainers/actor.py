@@ -11,7 +11,9 @@ behind: then it waits for the next version. With an inference worker
 (``TrainerConfig.inference_workers``) the actor's observations go to it,
 which acts for many actors in one batch (`alf.trainers.inference_worker`),
 and the actor keeps its copy of the algorithm only to normalise
-observations.
+observations. With ``TrainerConfig.segment_length`` an actor sends segments
+of that many steps, each the next free one of its rank's unrolls (a count
+shared by the rank's actors), instead of its own columns of every unroll.
 
 Messages (`encode`d, over the actor's pipe):
 
@@ -24,7 +26,9 @@ Messages (`encode`d, over the actor's pipe):
   ``("unroll", u, experience, episode_info, normalizer_sums, (seconds,
   seconds waiting for a version, seconds in the environments' step, CPU
   seconds, CPU seconds in the environments' step, the inference worker's
-  mean batch and CPU seconds for this actor, 0 without one))`` (the
+  mean batch and CPU seconds for this actor, 0 without one), segment)``
+  (``segment``: which of unroll ``u``'s segments this is, with
+  ``TrainerConfig.segment_length``, else None) (the
   environments' CPU time counts this thread only: in-process environments,
   e.g. one MetaDrive engine per actor; an ``async_env`` subprocess is not
   counted; it is measured on every `CPU_SAMPLE_EVERY`-th step and scaled
@@ -46,7 +50,7 @@ from alf.environments.batched import check_environment
 
 def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
                unroll_length: int, max_policy_lag: int, rank: int = 0,
-               policy_conn=None) -> None:
+               policy_conn=None, slots=None) -> None:
     """Entry point of an actor process (spawned by `AsyncCollector`).
 
     Args:
@@ -64,6 +68,10 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
         policy_conn: the actor's pipe to its inference worker
             (`alf.trainers.inference_worker`), which then acts for it;
             None: the actor acts with its own copy of the policy.
+        slots: with ``TrainerConfig.segment_length``: the rank's shared
+            count of segments claimed (a ``multiprocessing.Value``) and the
+            segments per unroll; ``unroll_length`` is then the segment's.
+            None: the actor fills its own columns of every unroll.
     """
     import os
     from alf.environments import env_fn, straggler
@@ -87,7 +95,7 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
             from alf.trainers.inference_worker import RemotePolicy
             remote = RemotePolicy(policy_conn)
         _Actor(conn, env, algorithm, unroll_length, max_policy_lag,
-               remote).run()
+               remote, slots).run()
     except BaseException as e:  # noqa: BLE001 - reported to the learner
         report_error(conn, e)
     finally:
@@ -213,9 +221,9 @@ class _Actor:
     """The actor's loop (see the module's doc)."""
 
     def __init__(self, conn, env, algorithm, unroll_length: int,
-                 max_policy_lag: int, remote=None):
+                 max_policy_lag: int, remote=None, slots=None):
         self._conn, self._env, self._alg = conn, env, algorithm
-        self._remote = remote
+        self._remote, self._slots = remote, slots
         self._T, self._lag = unroll_length, max_policy_lag
         self._version = 0
         self._storage = None
@@ -257,6 +265,22 @@ class _Actor:
         except _Stop:
             return
 
+    def _claim(self) -> Tuple[int, int, float]:
+        """(unroll, segment, seconds waited for a version): the next free
+        segment of the rank's unrolls (``slots``), once this actor has a
+        version recent enough to act on its unroll."""
+        count, per_unroll = self._slots
+        since = time.perf_counter()
+        while True:
+            with count.get_lock():
+                claimed = count.value
+                unroll = claimed // per_unroll
+                if unroll - self._version <= self._lag:
+                    count.value = claimed + 1
+                    return (unroll, claimed % per_unroll,
+                            time.perf_counter() - since)
+            self._poll(block=True)  # too far ahead: wait for a version
+
     def _act(self, obs: torch.Tensor, unroll: int):
         """(step, acting version, seconds waited for a version, the
         inference worker's batch, its CPU seconds) of acting on ``obs`` in
@@ -288,8 +312,12 @@ class _Actor:
         waited = stepping = stepping_cpu = 0.0
         batched = 0  # the inference worker's batch sizes, summed
         inference_cpu = 0.0  # its CPU seconds for this actor
+        segment = None  # with ``slots``: the segment of ``unroll`` filled
         while True:
             self._poll(block=False)
+            if t == 0 and self._slots is not None:
+                unroll, segment, held = self._claim()
+                waited += held
             step, version, held, batch, used = self._act(obs, unroll)
             waited += held
             batched += batch
@@ -322,7 +350,8 @@ class _Actor:
                                     # steps 0, 8, ... of the t were timed
                                     stepping_cpu * t /
                                     -(-t // CPU_SAMPLE_EVERY),
-                                    batched / t, inference_cpu)))
+                                    batched / t, inference_cpu),
+                                   segment))
                 unroll, t = unroll + 1, 0
                 began, began_cpu = now, now_cpu
                 waited = stepping = stepping_cpu = 0.0

@@ -237,6 +237,14 @@ class AsyncCollector:
         served: list = [[] for _ in range(workers)]  # workers' actor pipes
         self._envs_per_actor = envs_per_actor
         self._cols = [i * envs_per_actor for i in range(n)]
+        # With segments: segments per unroll, and how many the actors have
+        # claimed (a shared count: any actor takes the next free one).
+        self._seg = config.segment_length
+        self._parts, slots, length = n, None, self._T
+        if self._seg is not None:
+            self._parts = n * (self._T // self._seg)
+            self._claimed = ctx.Value("q", 0)
+            slots, length = (self._claimed, self._parts), self._seg
         gin_config = gin.config_str()
         # Evaluation is the learner's; and a gin-scoped function
         # (``@held_out/suite_metadrive.load``) does not pickle.
@@ -252,8 +260,8 @@ class AsyncCollector:
             proc = ctx.Process(target=actor_main, daemon=True,
                                name=f"alf-actor-{i}", args=(
                                    theirs, gin_config, config, spec,
-                                   envs_per_actor, self._T, self._lag,
-                                   distributed.get_rank(), policy))
+                                   envs_per_actor, length, self._lag,
+                                   distributed.get_rank(), policy, slots))
             proc.start()
             theirs.close()
             if policy is not None:
@@ -295,6 +303,16 @@ class AsyncCollector:
         so."""
         self._alg, self._episodes, self._next = algorithm, episodes, version
         self._preemption = preemption
+        if self._seg is not None:
+            from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
+            if not isinstance(algorithm, OnPolicyAlgorithm):
+                raise ConfigError(
+                    f"TrainerConfig.segment_length={self._seg} is for "
+                    f"on-policy algorithms; {type(algorithm).__name__} "
+                    "keeps each environment's steps in one replay column: "
+                    "drop segment_length")
+            with self._claimed.get_lock():
+                self._claimed.value = version * self._parts
         state = algorithm.acting_state()
         # The workers first (they draw the actions: seeds after the
         # actors'), ready before any actor steps, so that their start-up
@@ -333,7 +351,7 @@ class AsyncCollector:
         preemption, cut = self._preemption, False
         if preemption is not None:
             preemption.begin(u)
-        while len(received) < self._n_actors:
+        while len(received) < self._parts:
             if preemption is not None and not cut and preemption.poll():
                 # Actors that already sent theirs ignore it.
                 message = encode(("cut", u, preemption.min_steps))
@@ -344,22 +362,18 @@ class AsyncCollector:
             actor, message = self._get(
                 None if preemption is None or cut else preemption.poll_seconds)
             if actor is not None and message[0] == "unroll":
-                self._unrolls.setdefault(message[1], {})[actor] = message
+                # Keyed by the segment filled, or by the actor (its columns).
+                key = actor if self._seg is None else message[6]
+                self._unrolls.setdefault(message[1], {})[key] = (actor,
+                                                                 message)
         del self._unrolls[u]
         waited = time.perf_counter() - start
-        parts = [received[i] for i in range(self._n_actors)]
-        lengths = torch.cat([torch.full((p[2].reward.shape[1], ),
-                                        p[2].reward.shape[0])
-                             for p in parts])
+        senders, parts = zip(*(received[i] for i in range(self._parts)))
+        if self._seg is None:
+            exp, info, lengths = self._columns(parts)
+        else:
+            exp, info, lengths = self._segments(parts, senders)
         T = int(lengths.max())
-        # [T, B] from the actors' [t_i, b_i] columns, in environment order;
-        # a column that ended early repeats its last step (padding, left
-        # out of training by `set_unroll_lengths`).
-        pad = lambda x: x if x.shape[0] == T else torch.cat(  # noqa: E731
-            [x, x[-1:].expand((T - x.shape[0], ) + x.shape[1:])])
-        exp, info = nest.map_structure(
-            lambda *xs: torch.cat([pad(x) for x in xs], 1),
-            *[(p[2], p[3]) for p in parts])
         lag = u - exp.policy_version
         if int(lag.max()) > self._lag:
             raise TrainingError(
@@ -378,10 +392,11 @@ class AsyncCollector:
         for t in range(T):
             row = nest.map_structure(lambda x: x[t], exp)
             alg.store(row)
-            self._episodes.update(row.reward.cpu(), (row.terminated |
-                                                     row.truncated).cpu(),
-                                  {k: v[t] for k, v in info.items()},
-                                  valid=(t < lengths) if ragged else None)
+            if info is not None:
+                self._episodes.update(
+                    row.reward.cpu(), (row.terminated | row.truncated).cpu(),
+                    {k: v[t] for k, v in info.items()},
+                    valid=(t < lengths) if ragged else None)
         self.last_steps = int(lengths.sum())
         self.last_preempted = T < self._T or ragged
         if preemption is not None and not self.last_preempted:
@@ -425,6 +440,51 @@ class AsyncCollector:
             summaries["collect/inference_batch_mean"] = torch.tensor(
                 self.inference_batches / max(self.inference_requests, 1))
         return summaries
+
+    def _columns(self, parts):
+        """(experience [T, B], episode info, lengths [B]) of an unroll from
+        each actor's columns, in environment order; a column that ended
+        early repeats its last step (padding, left out of training by
+        `set_unroll_lengths`)."""
+        lengths = torch.cat([torch.full((p[2].reward.shape[1], ),
+                                        p[2].reward.shape[0])
+                             for p in parts])
+        T = int(lengths.max())
+        pad = lambda x: x if x.shape[0] == T else torch.cat(  # noqa: E731
+            [x, x[-1:].expand((T - x.shape[0], ) + x.shape[1:])])
+        exp, info = nest.map_structure(
+            lambda *xs: torch.cat([pad(x) for x in xs], 1),
+            *[(p[2], p[3]) for p in parts])
+        return exp, info, lengths
+
+    def _segments(self, parts, senders):
+        """(experience [T, B], None, lengths [B]) of an unroll from its
+        segments (``segment_length``): the episodes they hold go to the
+        episode statistics here, per sending actor's environments, in the
+        order collected; then segment ``k`` of the ``S x n`` (``S``
+        segments per column, ``n`` actors' worth of columns) fills rows
+        ``(k // n) x segment_length`` on, columns ``(k % n) x E`` on, and
+        every segment's last step is marked ``truncated``: the column's
+        next row is another environment's, so GAE bootstraps there from
+        the stored next observation, as at a time limit."""
+        E = self._envs_per_actor
+        for (_, _, seg, info, *_), actor in zip(parts, senders):
+            first = self._cols[actor]
+            self._episodes.update_segment(
+                seg.reward, seg.terminated | seg.truncated, info,
+                range(first, first + E))
+        S, n = self._T // self._seg, self._n_actors
+
+        def fold(*xs):
+            x = torch.stack(xs)  # [S * n, seg, E, ...]
+            x = x.view((S, n) + x.shape[1:]).transpose(1, 2)
+            return x.reshape((self._T, n * E) + x.shape[4:])
+
+        exp = nest.map_structure(fold, *[p[2] for p in parts])
+        ends = torch.zeros(self._T, 1, dtype=torch.bool)
+        ends[self._seg - 1::self._seg] = True
+        exp = exp._replace(truncated=exp.truncated | ends)
+        return exp, None, torch.full((n * E, ), self._T)
 
     def actor_report(self) -> Optional[ActorReport]:
         """Where the actors' and the learner's time went so far (see

@@ -44,18 +44,57 @@ class EpisodeStats:
         self._len += 1 if valid is None else valid.to(self._len.dtype)
         if not done.any():
             return
-        rets, lens = self._ret[done], self._len[done]
+        info = episode_info or {}
+        self._record(self._ret[done], self._len[done],
+                     {k: v[done] for k, v in info.items()})
+        self._ret[done] = 0
+        self._len[done] = 0
+
+    def update_segment(self, reward: torch.Tensor, done: torch.Tensor,
+                       episode_info: Dict[str, torch.Tensor],
+                       columns: Sequence[int]) -> None:
+        """Adds a segment of steps of some environments at once.
+
+        Args:
+            reward: [t, E] rewards of environments ``columns`` (indices
+                into this rank's ``num_envs``), which continue the steps
+                given before for them.
+            done: bool [t, E], where their episodes ended.
+            episode_info: ``{name: [t, E]}``, read where ``done``.
+            columns: the environments the E columns are.
+        """
+        for e, col in enumerate(columns):
+            ends = done[:, e].nonzero().flatten()
+            total = reward[:, e].double().cumsum(0)
+            if len(ends):
+                at = total[ends]
+                rets = torch.diff(at, prepend=at.new_zeros(1))
+                rets[0] += self._ret[col]
+                lens = torch.diff(ends + 1, prepend=ends.new_zeros(1))
+                lens = lens.to(self._len.dtype)
+                lens[0] += self._len[col]
+                self._record(rets.to(self._ret.dtype), lens,
+                             {k: v[ends, e] for k, v in
+                              episode_info.items()})
+                self._ret[col] = float(total[-1] - at[-1])
+                self._len[col] = float(len(total) - 1 - int(ends[-1]))
+            else:
+                self._ret[col] += float(total[-1])
+                self._len[col] += len(total)
+
+    def _record(self, rets: torch.Tensor, lens: torch.Tensor,
+                episode_info: Dict[str, torch.Tensor]) -> None:
+        """Records finished episodes: their returns, lengths and metrics
+        (``{name: [episodes]}``, NaN or absent where not reported)."""
         self.recent.extend(zip(rets.tolist(), lens.tolist()))
         row = [rets.sum(), lens.sum(), torch.tensor(float(len(rets)))]
         for name in self.metric_names:
-            value = (episode_info or {}).get(name)
-            value = value[done] if value is not None else torch.full(
+            value = episode_info.get(name)
+            value = value if value is not None else torch.full(
                 (len(rets), ), float("nan"))
             seen = ~value.isnan()
             row += [value[seen].sum(), seen.sum().float()]
         self.interval += torch.stack(row).double()
-        self._ret[done] = 0
-        self._len[done] = 0
 
     def take_interval(self) -> Dict[str, float]:
         """All ranks' averages since the last call (a collective)."""

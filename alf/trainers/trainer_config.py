@@ -75,6 +75,21 @@ class TrainerConfig:
             caches; measured so far (MetaDrive, 2 cores) it loses: a
             step's round trip through pipes costs more than acting in the
             actor (README, "Asynchronous collection").
+        segment_length: ``"async"`` only, on-policy algorithms: None
+            (default): actor ``i`` fills the same columns of every unroll,
+            so an unroll waits for its slowest actor and each column is one
+            environment's contiguous stream. A divisor of
+            ``unroll_length``: actors collect segments of this many steps
+            and any actor fills the next free one of an unroll's
+            ``local_num_envs x unroll_length / segment_length`` segments
+            (Sample Factory's way): a fast environment does more of an
+            unroll and none waits for the slowest, at the price of more
+            data from fast environments. The learner lays the segments
+            side by side in ``[unroll_length, local_num_envs]`` and ends
+            each at its last step as a time limit would (bootstrapped from
+            its next observation). Shorter segments shorten the wait for
+            an unroll's last one at the lag bound (README, "Asynchronous
+            collection"). Not with straggler preemption.
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished
@@ -189,6 +204,7 @@ class TrainerConfig:
     max_policy_lag: int = 1
     envs_per_actor: int = 1
     inference_workers: int = 0
+    segment_length: Optional[int] = None
     unroll_length: int = 128
     preempt_stragglers: bool = False
     sync_frac: float = 0.6
@@ -266,6 +282,7 @@ class TrainerConfig:
                 f"needs unroll_mode=\"async\" (it is "
                 f"{self.unroll_mode!r}); drop it or set "
                 "TrainerConfig.unroll_mode=\"async\"")
+        self._check_segments()
         for name in ("sync_frac", "min_rollout_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -274,6 +291,26 @@ class TrainerConfig:
         preemption.check_rule(self.preempt_rule)
         _parse_device(self.device)
         self._check_divides(self.world_size)
+
+    def _check_segments(self) -> None:
+        """Refuses a ``segment_length`` that cannot be used."""
+        seg = self.segment_length
+        if seg is None:
+            return
+        if (not isinstance(seg, int) or seg < 1 or
+                self.unroll_length % seg):
+            raise ConfigError(
+                f"TrainerConfig.segment_length={seg!r}; it must be None or "
+                f"a positive divisor of unroll_length={self.unroll_length}")
+        if self.unroll_mode != "async":
+            raise ConfigError(
+                f"TrainerConfig.segment_length={seg} needs "
+                f"unroll_mode=\"async\" (it is {self.unroll_mode!r}); drop "
+                "it or set TrainerConfig.unroll_mode=\"async\"")
+        if self.preempt_stragglers:
+            raise ConfigError(
+                f"TrainerConfig.segment_length={seg} does not combine with "
+                "preempt_stragglers=True; drop one of them")
 
     def _check_divides(self, world_size: int) -> None:
         """Refuses global sizes that do not divide among ``world_size``."""

@@ -188,6 +188,87 @@ def _assert_exact_trajectory(column, tag):
             assert obs[t + 1].tolist() == expect, t
 
 
+def test_segments_are_exact_pieces_of_each_trajectory_fast_ones_doing_more():
+    """``segment_length``: any actor fills an unroll's next free segment.
+    Every segment holds one environment's consecutive steps acted within
+    the lag bound with the stored log-probability, ends marked truncated;
+    each environment's segments, over all unrolls, chain into its exact
+    trajectory; the episode statistics see each episode once, whole; and
+    the fast environments fill more segments than the slow ones."""
+    cfg = _config(env_name=UNEVEN_ID, unroll_length=8, minibatch_size=24,
+                  segment_length=2, max_policy_lag=1)
+    collector, alg = _started(cfg)
+    policies = {0: copy.deepcopy(alg.actor)}
+    unrolls = []
+    try:
+        for u in range(6):
+            collector.collect()
+            unrolls.append(_take(alg))
+            with torch.no_grad():
+                for p in alg.actor.parameters():
+                    p.add_(0.3 * torch.randn_like(p))
+            policies[u + 1] = copy.deepcopy(alg.actor)
+            collector.publish(u + 1)
+        episodes = collector._episodes
+    finally:
+        collector.close()
+    pieces: dict = {}  # tag -> [(episode, step) of its first row, piece]
+    for u, exp in enumerate(unrolls):
+        assert exp.reward.shape == (8, 3)
+        lag = u - exp.policy_version
+        assert int(lag.min()) >= 0 and int(lag.max()) <= 1, exp.policy_version
+        for v in exp.policy_version.unique().tolist():
+            rows = exp.policy_version == v
+            with torch.no_grad():
+                expect = policies[v](exp.observation[rows]).log_prob(
+                    exp.action[rows])
+            torch.testing.assert_close(exp.rollout_info[rows], expect)
+        assert exp.truncated[1::2].all()  # every segment's last step
+        for row in range(0, 8, 2):
+            for b in range(3):
+                piece = nest.map_structure(lambda x: x[row:row + 2, b], exp)
+                tag, ep, st = piece.observation[0].long().tolist()
+                assert (piece.observation[:, 0] == tag).all()
+                pieces.setdefault(tag, []).append(((ep, st), piece))
+    assert sorted(pieces) == [100, 101, 102]
+    ended = []
+    for tag, parts in pieces.items():
+        parts.sort(key=lambda p: p[0])
+        column = nest.map_structure(lambda *xs: torch.cat(xs),
+                                    *[p for _, p in parts])
+        # The segment ends' marks are the learner's: the script's there.
+        ends = torch.zeros_like(column.truncated)
+        ends[1::2] = True
+        obs = column.observation.long()
+        last = torch.tensor([st + 1 == episode_length(tag, ep)
+                             for _, ep, st in obs.tolist()])
+        script = torch.tensor([not ends_terminated(tag, ep)
+                               for _, ep, _ in obs.tolist()]) & last
+        _assert_exact_trajectory(column._replace(
+            truncated=torch.where(ends, script, column.truncated)), tag)
+        ended += [episode_length(tag, ep) for (_, ep, st), end in
+                  zip(obs.tolist(), last.tolist()) if end]
+    # Tags 101 (odd) step 5 ms slower: the others fill more segments.
+    assert min(len(pieces[100]), len(pieces[102])) > 1.5 * len(pieces[101])
+    # Every episode once, whole (reward 1 a step: return = length).
+    assert sorted(length for _, length in episodes.recent) == sorted(ended)
+    assert all(r == length for r, length in episodes.recent)
+
+
+def test_segments_are_for_on_policy_algorithms():
+    from alf.algorithms.dqn_algorithm import DQNAlgorithm
+    cfg = _config(algorithm_ctor=DQNAlgorithm, segment_length=3, num_envs=1)
+    collector = AsyncCollector(cfg)
+    try:
+        obs_space, action_space, names = collector.describe()
+        alg = DQNAlgorithm(obs_space, action_space, cfg)
+        with pytest.raises(AlfError, match="segment_length=3 is for "
+                           "on-policy algorithms; DQNAlgorithm"):
+            collector.start(alg, EpisodeStats(1, names), 0, 0, 1)
+    finally:
+        collector.close()
+
+
 def test_the_actors_report_their_cpu_per_step_and_their_spread():
     # The environments' CPU is read on one step in CPU_SAMPLE_EVERY and
     # scaled to the unroll: with a step that costs a known CPU time the

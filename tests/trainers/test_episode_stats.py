@@ -2,6 +2,7 @@
 evaluations."""
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from alf.environments import suite_gym
@@ -74,6 +75,35 @@ class _AlwaysOne:
     def predict_step(self, obs):
         from alf.data_structures import AlgStep
         return AlgStep(output=torch.ones(obs.shape[0], dtype=torch.int64))
+
+
+def test_a_segment_counts_as_its_steps_one_by_one():
+    """`update_segment` (an asynchronous segment's steps at once, for some
+    environments) records what `update` step by step records: returns,
+    lengths and metrics of the episodes that end, sums carried over."""
+    torch.manual_seed(0)
+    nan = float("nan")
+    one, seg = EpisodeStats(3, ["success_rate"]), EpisodeStats(3, [
+        "success_rate"])
+    for _ in range(3):  # three segments of 5 steps, envs 1 and 2
+        reward = torch.rand(5, 2)
+        done = torch.rand(5, 2) < 0.3
+        success = torch.where(done, (torch.rand(5, 2) < 0.5).float(),
+                              torch.full((5, 2), nan))
+        for t in range(5):
+            full = lambda x, fill: torch.cat(  # noqa: E731
+                [torch.full((1, ), fill, dtype=x.dtype), x[t]])
+            one.update(full(reward, 0.0), full(done, False),
+                       {"success_rate": full(success, nan)})
+        seg.update_segment(reward, done, {"success_rate": success}, [1, 2])
+    # The same episodes (a segment records one environment's, then the
+    # next's).
+    assert len(seg.recent) == len(one.recent) > 3
+    for a, b in zip(sorted(seg.recent), sorted(one.recent)):
+        assert a == pytest.approx(b)
+    torch.testing.assert_close(seg.interval, one.interval)
+    torch.testing.assert_close(seg._ret[1:], one._ret[1:])
+    torch.testing.assert_close(seg._len[1:], one._len[1:])
 
 
 def test_evaluator_reports_metrics_of_each_episode():

@@ -2,9 +2,12 @@
 early end, the straggler wrapper, and the settings' checks."""
 import os
 import time
+import types
 
 import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
 
 from alf.algorithms.dqn_algorithm import DQNAlgorithm
@@ -200,6 +203,40 @@ def test_the_straggler_wrapper_slows_collection_by_its_factor():
     assert slowed.num_envs == 1
     assert slowed.action_space is wrapped.action_space
     assert slowed.episode_info == ()
+
+
+class _Episodes(_Timed):
+    """`_Timed` (no sleep) whose episodes end every 5th step."""
+
+    def __init__(self):
+        super().__init__(0)
+
+    def step(self, action):
+        self.steps += 1
+        end = torch.tensor([self.steps % 5 == 0])
+        return types.SimpleNamespace(terminated=end,
+                                     truncated=torch.tensor([False]))
+
+
+def test_the_delay_spread_draws_one_factor_per_episode_from_the_seed():
+    def factors(seed, episodes=400):
+        env = straggler.SlowedEnvironment(_Episodes(), 1.0, delay=0.0,
+                                          delay_spread=0.5)
+        env.reset(seed=seed)
+        out = []
+        for _ in range(5 * episodes):
+            out.append(env._factor)  # the factor this step is delayed by
+            env.step(None)
+        return np.array(out).reshape(episodes, 5)
+
+    a = factors(seed=3)
+    assert (a == a[:, :1]).all()  # one factor for an episode's steps
+    assert len(np.unique(a[:, 0])) == len(a)  # a new one each episode
+    assert 0.45 < np.log(a[:, 0]).std() < 0.55
+    np.testing.assert_array_equal(a, factors(seed=3))
+    assert not np.array_equal(a, factors(seed=4))
+    with pytest.raises(ConfigError, match="delay_spread=-1"):
+        straggler.straggler_load("CartPole-v1", 1, delay_spread=-1)
 
 
 def test_straggler_load_slows_only_the_named_ranks(monkeypatch):

@@ -349,11 +349,13 @@ def test_interrupt_during_train_iter_saves_consistent_counters(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("segment_length", [None, 4])
 def test_async_ppg_publishes_its_policy_before_the_auxiliary_phase(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, segment_length):
     """An iteration with PPG's auxiliary phase publishes its version twice:
     when the policy phase is done (collection need not wait for the
-    auxiliary phase) and, the same version, with the final weights."""
+    auxiliary phase) and, the same version, with the final weights. So
+    with segments (which any actor fills) of a quarter unroll."""
     published = []
     publish = AsyncCollector.publish
 
@@ -363,6 +365,9 @@ def test_async_ppg_publishes_its_policy_before_the_auxiliary_phase(
     monkeypatch.setattr(AsyncCollector, "publish", recording)
     ppg = functools.partial(PPGAlgorithm, aux_interval=2, aux_epochs=1,
                             aux_minibatch_size=32)
-    Trainer(str(tmp_path), config=tiny_config(
-        algorithm_ctor=ppg, unroll_mode="async")).train()
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        algorithm_ctor=ppg, unroll_mode="async",
+        segment_length=segment_length))
+    trainer.train()
     assert published == [1, 2, 2, 3, 4, 4]
+    assert trainer.env_steps == 4 * SPI

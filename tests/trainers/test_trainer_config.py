@@ -2,6 +2,7 @@
 global and per-rank sizes, and the former spellings of renamed settings."""
 import dataclasses
 import logging
+import re
 
 import gin
 import pytest
@@ -127,6 +128,24 @@ def test_a_size_that_does_not_divide_among_the_ranks_is_refused():
         cfg.per_rank(2)
     assert str(info.value) == ("TrainerConfig.num_envs=3 does not divide "
                                "among 2 processes; use a multiple of 2")
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(segment_length=3), "TrainerConfig.segment_length=3; it must be "
+     "None or a positive divisor of unroll_length=128"),
+    (dict(segment_length=0), "TrainerConfig.segment_length=0; it must be "
+     "None or a positive divisor of unroll_length=128"),
+    (dict(segment_length=32, unroll_mode="sync"),
+     "TrainerConfig.segment_length=32 needs unroll_mode=\"async\" (it is "
+     "'sync'); drop it or set TrainerConfig.unroll_mode=\"async\""),
+    (dict(segment_length=32, preempt_stragglers=True),
+     "TrainerConfig.segment_length=32 does not combine with "
+     "preempt_stragglers=True; drop one of them"),
+])
+def test_a_segment_length_that_cannot_be_used_is_refused(kw, message):
+    kw = dict(dict(unroll_mode="async"), **kw)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, **kw)
 
 
 def test_world_size_is_not_a_gin_setting():
