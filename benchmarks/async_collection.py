@@ -48,8 +48,12 @@ epochs) with 16 environments that take ``LATENCY_MS`` of sleep per step
 (Pendulum behind `alf.environments.straggler`'s ``delay``): a simulator
 whose cost is latency, not CPU, so that a 2-core machine shows what
 asynchronous collection's structure would do with 16 cores' worth of
-environments. Its report adds the ideal, ``16 x 1000 / (LATENCY_MS +
-actor ms)`` (every actor stepping back to back, never waiting), and the
+environments. ``--gin_param straggler_load.delay_spread=0.5`` makes the
+environments uneven, as a simulator whose step costs what its scenario
+costs (a factor ``exp(N(0, 0.5))`` on each episode's delay), and
+``--modes async,async+segment_length=64`` shows what segments that any
+actor fills do then. Its report adds the ideal, ``16 x 1000 / (mean delay
++ actor ms)`` (every actor stepping back to back, never waiting), and the
 ratio to it.
 
 ``metadrive_bev`` is ``ppg_metadrive_bev.gin`` (no bare run: its
@@ -58,6 +62,7 @@ with ``async_env`` (one subprocess per environment in sync mode);
 ``sac_pendulum`` is ``sac_pendulum.gin``.
 """
 import argparse
+import math
 import os
 import statistics
 import tempfile
@@ -223,18 +228,28 @@ def main():
 
 
 def report_latency(variants, rates, actors, params) -> None:
-    """The ``latency`` workload's ideal and each async variant's ratio."""
-    envs = int([p for p in params if p.startswith(
-        "TrainerConfig.num_envs=")][-1].split("=")[1])
+    """The ``latency`` workload's ideal and each async variant's ratio.
+
+    The ideal takes the delay's mean: ``straggler_load.delay`` (the last
+    binding given) times ``exp(delay_spread ** 2 / 2)``, the mean of the
+    per-episode factor."""
+    def last(name, default):
+        given = [p for p in params if p.startswith(name + "=")]
+        return float(given[-1].split("=")[1]) if given else default
+
+    envs = int(last("TrainerConfig.num_envs", 0))
+    delay_ms = 1000 * last("straggler_load.delay", LATENCY_MS / 1000)
+    spread = last("straggler_load.delay_spread", 0.0)
+    delay_ms *= math.exp(spread ** 2 / 2)
     for v in variants:
         if not is_async(v):
             continue
         actor_ms = statistics.mean(a + i for a, _, i in actors[v])
-        ideal = envs * 1000 / (LATENCY_MS + actor_ms)
+        ideal = envs * 1000 / (delay_ms + actor_ms)
         rate = statistics.mean(rates[v])
         print(f"{label(v)}: ideal {ideal:.0f} env steps/s ({envs} x 1000 / "
-              f"({LATENCY_MS:.0f} ms + actor {actor_ms:.3f} ms)), reached "
-              f"{rate / ideal:.2f}")
+              f"({delay_ms:.2f} ms mean delay + actor {actor_ms:.3f} ms)), "
+              f"reached {rate / ideal:.2f}")
 
 
 def label(variant) -> str:

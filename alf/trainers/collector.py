@@ -10,7 +10,9 @@ Two collectors with one interface (`describe`, `start`, `collect`,
   each with a few environments and a CPU copy of the policy, step back to
   back: no environment waits for its siblings, for inference elsewhere, or
   for the learner, which trains on one unroll while the actors collect the
-  next with the policy it last sent them (`publish`). Nothing of the actors
+  next with the policy it last sent them (`publish`). Each actor fills its
+  own columns of every unroll, or with ``segment_length`` the next free
+  segment of any unroll (so no unroll waits for its slowest actor). Nothing of the actors
   shares the learner's interpreter (a thread there would fight the learner
   for the GIL and slow its many small torch calls; docs/benchmarks.md).
 
@@ -85,7 +87,8 @@ class ActorReport(NamedTuple):
         actor_spread: the slowest actor's busy time over the fastest's
             (time not spent waiting for a version), per unroll, averaged:
             an unroll waits for its slowest actor, and at the lag bound the
-            others wait for it (1.0: all alike).
+            others wait for it (1.0: all alike). With
+            ``segment_length``: the slowest segment's over the fastest's.
     """
     actor_ms: float
     env_ms: float
