@@ -215,7 +215,8 @@ def main():
                     print(f"repeat {rep}: {label(v)} "
                           f"{r['steady_rate']:6.0f} env steps/s (whole run "
                           f"{r['rate']:.0f}), learner "
-                          f"{r['learner_ms']:.3f} ms CPU/step{said} (wall "
+                          f"{r['learner_ms']:.3f} ms CPU/step (wall "
+                          f"{r['learner_wall_ms']:.3f}){said} (wall "
                           f"{r['wall']:.0f} s); load "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
     finally:

@@ -120,7 +120,7 @@ _PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
 # absl's prefix (hh:mm:ss.micro) and the env steps of a progress line.
 _STAMPED = re.compile(r"^I\d{4} (\d\d):(\d\d):([\d.]+) .*"
                       r"\| env steps (\d+)/\d+ \|", re.MULTILINE)
-_LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step")
+_LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step(?: \(wall ([\d.]+)\))?")
 _ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)\), "
                      r"waiting (\d+)% for a policy, slowest ([\d.]+)x the "
                      r"fastest (?:\| inference ([\d.]+) ms CPU/step \(batch "
@@ -167,7 +167,8 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         spawn and the final evaluation included); ``steady_rate``: see
         `steady_rate` (needs a small ``log_interval_seconds``);
         ``env_steps``; ``learner_ms``: the learner's CPU ms per env step
-        (of rank 0); ``actor_ms`` and ``env_ms``: with asynchronous
+        (of rank 0) and ``learner_wall_ms`` the wall time it took
+        (NaN from an older trainer); ``actor_ms`` and ``env_ms``: with asynchronous
         collection, rank 0's actors' CPU ms per env step, all of it and the
         part in the environments' step, ``inference_ms`` and
         ``inference_batch``: its inference workers' CPU ms per env step and
@@ -199,7 +200,9 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
             [nan] * 7)
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
             "steady_rate": steady_rate(out.stdout), "env_steps": steps,
-            "learner_ms": float(learner[-1]) if learner else nan,
+            "learner_ms": float(learner[-1][0]) if learner else nan,
+            "learner_wall_ms": (float(learner[-1][1]) if learner and
+                                learner[-1][1] else nan),
             "actor_ms": last[0], "env_ms": last[1],
             "actor_wait": last[2] / 100, "actor_spread": last[3],
             "inference_ms": last[4], "inference_batch": last[5],

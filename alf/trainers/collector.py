@@ -12,9 +12,10 @@ Two collectors with one interface (`describe`, `start`, `collect`,
   for the learner, which trains on one unroll while the actors collect the
   next with the policy it last sent them (`publish`). Each actor fills its
   own columns of every unroll, or with ``segment_length`` the next free
-  segment of any unroll (so no unroll waits for its slowest actor). Nothing of the actors
-  shares the learner's interpreter (a thread there would fight the learner
-  for the GIL and slow its many small torch calls; docs/benchmarks.md).
+  segment of any unroll (so no unroll waits for its slowest actor).
+  Nothing of the actors shares the learner's interpreter (a thread there
+  would fight the learner for the GIL and slow its many small torch
+  calls; docs/benchmarks.md).
 
 Policy versions: version ``v`` is the policy after ``v`` training
 iterations, and the learner trains on unroll ``u`` at version ``u``. A step

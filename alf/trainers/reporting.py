@@ -65,7 +65,7 @@ class Reporter:
         now = time.time()
         self._start_time, self._start_steps, self._start_iteration = now, 0, 0
         self._eval_seconds = 0.0
-        self._learner_cpu = 0.0
+        self._learner_cpu = self._learner_wall = 0.0
         self._last_log = now
 
     # ---- set-up -----------------------------------------------------------
@@ -85,7 +85,7 @@ class Reporter:
         now = time.time()
         self._start_time, self._start_steps = now, env_steps
         self._start_iteration = iteration
-        self._eval_seconds = self._learner_cpu = 0.0
+        self._eval_seconds = self._learner_cpu = self._learner_wall = 0.0
         self._last_log = now
 
     def set_aside_discarded_evaluations(self, env_steps: int) -> None:
@@ -112,9 +112,12 @@ class Reporter:
         return self._writers[name]
 
     # ---- training ---------------------------------------------------------
-    def add_learner_cpu(self, seconds: float) -> None:
-        """Counts CPU seconds this rank's learner spent in ``train_iter``."""
+    def add_learner_cpu(self, seconds: float, wall: float = 0.0) -> None:
+        """Counts CPU seconds this rank's learner spent in ``train_iter``,
+        and the ``wall`` seconds it took: more wall than CPU is time the
+        learner was runnable without a core (or waited in a collective)."""
         self._learner_cpu += seconds
+        self._learner_wall += wall
 
     def steps_per_second(self, env_steps: int) -> float:
         """Training throughput since `start_clock`, excluding evaluation
@@ -166,11 +169,13 @@ class Reporter:
             enumerate(self._counts.preempted_iterations()))
         logging.info(
             "iter %d | env steps %d/%d | %.0f steps/s | recent return "
-            "%.2f | time left %s | learner %.3f ms CPU/step%s%s",
+            "%.2f | time left %s | learner %.3f ms CPU/step (wall %.3f)"
+            "%s%s",
             iteration, env_steps, self._num_env_steps,
             rate, self._episodes.recent_return(),
             time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
             1000 * self._learner_cpu / max(local_steps, 1),
+            1000 * self._learner_wall / max(local_steps, 1),
             "" if actors is None else
             " | actors %.3f ms CPU/step (env step %.3f), waiting %.0f%% for "
             "a policy, slowest %.2fx the fastest%s | learner waiting %.0f%% "

@@ -248,6 +248,7 @@ class Trainer:
                     self._collector.last_preempted)
                 steps = self.env_steps + collected
                 learner_start = time.thread_time()
+                learner_wall = time.perf_counter()
                 version = self.iteration + 1
                 self.algorithm.policy_ready = functools.partial(
                     self._collector.publish, version)
@@ -259,8 +260,9 @@ class Trainer:
                         f"{e} at iteration {self.iteration + 1} "
                         f"({steps} env steps); stopped without writing a "
                         "checkpoint") from e
-                self._reporter.add_learner_cpu(time.thread_time() -
-                                               learner_start)
+                self._reporter.add_learner_cpu(
+                    time.thread_time() - learner_start,
+                    time.perf_counter() - learner_wall)
                 self._collector.publish(version)
                 if self._preemption is not None:
                     self._preemption.set_run_rate(self._counts.run_rate(

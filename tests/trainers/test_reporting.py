@@ -98,15 +98,15 @@ def test_an_evaluation_goes_to_tensorboard_and_its_csv(tmp_path, lines):
 def test_the_progress_line(tmp_path, lines):
     r = _reporter(tmp_path)
     r.start_clock(iteration=2, env_steps=64)
-    r.add_learner_cpu(0.032)
+    r.add_learner_cpu(0.032, wall=0.048)
     r.log_progress(3, 96, final=False)  # within log_interval_seconds
     assert lines == []
     r.log_progress(3, 96, final=True)
     assert len(lines) == 1
     assert re.fullmatch(
         r"iter 3 \| env steps 96/128 \| \d+ steps/s \| recent return 1\.50 "
-        r"\| time left \d\d:\d\d:\d\d \| learner 1\.000 ms CPU/step",
-        lines[0]), lines[0]
+        r"\| time left \d\d:\d\d:\d\d \| learner 1\.000 ms CPU/step "
+        r"\(wall 1\.500\)", lines[0]), lines[0]
 
 
 def test_the_progress_line_of_actors_and_preemption(tmp_path, lines):
