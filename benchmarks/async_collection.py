@@ -204,7 +204,8 @@ def main():
                     waits[v].append((r["actor_wait"], r["learner_wait"]))
                     said = ("" if unroll_mode == "sync" else
                             f", actors {r['actor_ms']:.3f} (env step "
-                            f"{r['env_ms']:.3f}), waiting "
+                            f"{r['env_ms']:.3f}; busy wall "
+                            f"{r['busy_ms']:.3f}), waiting "
                             f"{r['actor_wait']:.0%} (slowest actor "
                             f"{r['actor_spread']:.2f}x the fastest), "
                             f"learner waiting "

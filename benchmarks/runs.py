@@ -121,7 +121,8 @@ _PROGRESS = re.compile(r"env steps (\d+)/(\d+) \| (\d+) steps/s")
 _STAMPED = re.compile(r"^I\d{4} (\d\d):(\d\d):([\d.]+) .*"
                       r"\| env steps (\d+)/\d+ \|", re.MULTILINE)
 _LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step(?: \(wall ([\d.]+)\))?")
-_ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)\), "
+_ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)"
+                     r"(?:; busy wall ([\d.]+|nan))?\), "
                      r"waiting (\d+)% for a policy, slowest ([\d.]+)x the "
                      r"fastest (?:\| inference ([\d.]+) ms CPU/step \(batch "
                      r"([\d.]+)\) )?\| learner waiting (\d+)%")
@@ -170,7 +171,8 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
         (of rank 0) and ``learner_wall_ms`` the wall time it took
         (NaN from an older trainer); ``actor_ms`` and ``env_ms``: with asynchronous
         collection, rank 0's actors' CPU ms per env step, all of it and the
-        part in the environments' step, ``inference_ms`` and
+        part in the environments' step, ``busy_ms`` their wall ms per step
+        while not waiting for a version, ``inference_ms`` and
         ``inference_batch``: its inference workers' CPU ms per env step and
         mean batch (0 without them), ``actor_spread``: the slowest actor's
         busy time over the fastest's (`ActorReport`), ``actor_wait`` and
@@ -196,17 +198,19 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
     learner = _LEARNER.findall(out.stdout)
     actors = _ACTORS.findall(out.stdout)
     nan = float("nan")
-    last = ([float(x) if x else 0.0 for x in actors[-1]] if actors else
-            [nan] * 7)
+    # A figure an older trainer's line lacks is NaN; no inference workers
+    # is 0.
+    last = ([float(x) if x else (nan if i == 2 else 0.0)
+             for i, x in enumerate(actors[-1])] if actors else [nan] * 8)
     return {"rate": float(rate), "wall": wall, "wall_rate": steps / wall,
             "steady_rate": steady_rate(out.stdout), "env_steps": steps,
             "learner_ms": float(learner[-1][0]) if learner else nan,
             "learner_wall_ms": (float(learner[-1][1]) if learner and
                                 learner[-1][1] else nan),
-            "actor_ms": last[0], "env_ms": last[1],
-            "actor_wait": last[2] / 100, "actor_spread": last[3],
-            "inference_ms": last[4], "inference_batch": last[5],
-            "learner_wait": last[6] / 100}
+            "actor_ms": last[0], "env_ms": last[1], "busy_ms": last[2],
+            "actor_wait": last[3] / 100, "actor_spread": last[4],
+            "inference_ms": last[5], "inference_batch": last[6],
+            "learner_wait": last[7] / 100}
 
 
 def run_in_own_group(cmd: Sequence[str]) -> subprocess.CompletedProcess:

@@ -90,6 +90,9 @@ class ActorReport(NamedTuple):
             an unroll waits for its slowest actor, and at the lag bound the
             others wait for it (1.0: all alike). With
             ``segment_length``: the slowest segment's over the fastest's.
+        busy_ms: the actors' wall ms per env step while not waiting for a
+            version: more than ``actor_ms`` is time an actor was runnable
+            without a core (or waited for its inference worker).
     """
     actor_ms: float
     env_ms: float
@@ -98,6 +101,7 @@ class ActorReport(NamedTuple):
     inference_ms: float = 0.0
     inference_batch: float = 0.0
     actor_spread: float = 1.0
+    busy_ms: float = float("nan")
 
 
 class CollectionError(AlfError):
@@ -503,7 +507,9 @@ class AsyncCollector:
             min(self.learner_waited / max(elapsed, 1e-9), 1.0),
             1000 * self.inference_cpu / self.actor_steps,
             self.inference_batches / max(self.inference_requests, 1),
-            self.spread_sum / self.unrolls)
+            self.spread_sum / self.unrolls,
+            1000 * (self.actor_seconds - self.actor_blocked) /
+            self.actor_steps)
 
     def publish(self, version: int) -> None:
         """Sends the learner's policy at ``version`` to every inference

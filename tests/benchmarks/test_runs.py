@@ -81,14 +81,15 @@ def test_a_runs_progress_line_is_parsed(monkeypatch):
     line = ("I1126 10:00:00.000000 1 reporting.py:167] iter 12 | env steps "
             "49152/49152 | 491 steps/s | recent return 8.16 | time left "
             "00:00:00 | learner 0.389 ms CPU/step (wall 0.512) | actors "
-            "3.238 ms CPU/step (env step 2.665), waiting 3% for a policy, "
+            "3.238 ms CPU/step (env step 2.665; busy wall 4.100), waiting "
+            "3% for a policy, "
             "slowest 1.39x the fastest | learner waiting 46% for unrolls")
     monkeypatch.setattr(runs, "run_in_own_group", lambda cmd: (
         subprocess.CompletedProcess(cmd, 0, line + "\n")))
     r = runs.train_throughput(["a.gin"], [], "/r")
     assert (r["rate"], r["learner_ms"], r["learner_wall_ms"]) == (
         491.0, 0.389, 0.512)
-    assert (r["actor_ms"], r["env_ms"], r["actor_spread"]) == (
-        3.238, 2.665, 1.39)
+    assert (r["actor_ms"], r["env_ms"], r["busy_ms"], r["actor_spread"],
+            r["inference_ms"]) == (3.238, 2.665, 4.1, 1.39, 0.0)
     assert r["actor_wait"] == pytest.approx(0.03)
     assert r["learner_wait"] == pytest.approx(0.46)

@@ -111,7 +111,8 @@ def test_the_progress_line(tmp_path, lines):
 
 def test_the_progress_line_of_actors_and_preemption(tmp_path, lines):
     r = _reporter(tmp_path, actors=ActorReport(0.25, 0.125, 0.3, 0.05,
-                                               actor_spread=1.25),
+                                               actor_spread=1.25,
+                                               busy_ms=0.375),
                   preempting=True,
                   log_interval_seconds=0.0)
     r.start_clock(iteration=0, env_steps=0)
@@ -119,8 +120,9 @@ def test_the_progress_line_of_actors_and_preemption(tmp_path, lines):
     r._counts.agree(steps=32, preempted=False)
     r.log_progress(2, 48, final=False)
     assert lines[0].endswith(
-        " | actors 0.250 ms CPU/step (env step 0.125), waiting 30% for a "
-        "policy, slowest 1.25x the fastest | learner waiting 5% for unrolls "
+        " | actors 0.250 ms CPU/step (env step 0.125; busy wall 0.375), "
+        "waiting 30% for a policy, slowest 1.25x the fastest | learner "
+        "waiting 5% for unrolls "
         "| preempted rank0 50%"), \
         lines[0]
 
@@ -132,8 +134,9 @@ def test_the_progress_line_of_inference_workers(tmp_path, lines):
     r.start_clock(iteration=0, env_steps=0)
     r.log_progress(2, 48, final=False)
     assert lines[0].endswith(
-        " | actors 0.250 ms CPU/step (env step 0.125), waiting 30% for a "
-        "policy, slowest 1.50x the fastest | inference 0.062 ms CPU/step "
+        " | actors 0.250 ms CPU/step (env step 0.125; busy wall nan), "
+        "waiting 30% for a policy, slowest 1.50x the fastest | inference "
+        "0.062 ms CPU/step "
         "(batch 7.5) | learner waiting 5% for unrolls"), lines[0]
 
 
