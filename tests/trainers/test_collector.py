@@ -130,17 +130,8 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs(workers):
     # version is the worker's, and the check below holds it to that.
     cfg = _config(max_policy_lag=1, inference_workers=workers)
     collector, alg = _started(cfg)
-    policies = {0: copy.deepcopy(alg.actor)}
-    unrolls = []
     try:
-        for u in range(5):
-            collector.collect()
-            unrolls.append(_take(alg))
-            with torch.no_grad():  # a new policy, as training would make
-                for p in alg.actor.parameters():
-                    p.add_(0.3 * torch.randn_like(p))
-            policies[u + 1] = copy.deepcopy(alg.actor)
-            collector.publish(u + 1)
+        unrolls, policies = _collect_with_new_policies(collector, alg, 5)
         # A learner that trains in no time spends its time waiting for
         # unrolls (its actors may wait too: fast ones for the version that
         # follows the slowest one's unroll).
@@ -150,16 +141,7 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs(workers):
     assert report.learner_wait > 0.5, report
     lags = []
     for u, exp in enumerate(unrolls):
-        lag = u - exp.policy_version
-        assert int(lag.min()) >= 0 and int(lag.max()) <= 1, exp.policy_version
-        lags += lag.flatten().tolist()
-        # The stored log-probability is the acting version's, step by step.
-        for v in exp.policy_version.unique().tolist():
-            rows = exp.policy_version == v
-            with torch.no_grad():
-                expect = policies[v](exp.observation[rows]).log_prob(
-                    exp.action[rows])
-            torch.testing.assert_close(exp.rollout_info[rows], expect)
+        lags += _assert_acted_within_the_bound(u, exp, policies)
     # Both fresh and one-version-old steps occurred: the check above
     # compared against more than one policy.
     assert 0 in lags and 1 in lags, lags
@@ -169,6 +151,37 @@ def test_async_unrolls_are_exact_trajectories_with_acting_log_probs(workers):
     for b in range(cfg.local_num_envs):
         _assert_exact_trajectory(nest.map_structure(lambda x: x[:, b], whole),
                                  tag=100 + b)
+
+
+def _collect_with_new_policies(collector, alg, n):
+    """``n`` unrolls, each followed by a new policy (as training would
+    make) published as the next version; (unrolls, {version: actor})."""
+    policies = {0: copy.deepcopy(alg.actor)}
+    unrolls = []
+    for u in range(n):
+        collector.collect()
+        unrolls.append(_take(alg))
+        with torch.no_grad():
+            for p in alg.actor.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+        policies[u + 1] = copy.deepcopy(alg.actor)
+        collector.publish(u + 1)
+    return unrolls, policies
+
+
+def _assert_acted_within_the_bound(u, exp, policies, bound=1):
+    """Unroll ``u``'s steps were acted at most ``bound`` versions behind,
+    each storing its acting version's log-probability; returns the lags."""
+    lag = u - exp.policy_version
+    assert int(lag.min()) >= 0 and int(lag.max()) <= bound, \
+        exp.policy_version
+    for v in exp.policy_version.unique().tolist():
+        rows = exp.policy_version == v
+        with torch.no_grad():
+            expect = policies[v](exp.observation[rows]).log_prob(
+                exp.action[rows])
+        torch.testing.assert_close(exp.rollout_info[rows], expect)
+    return lag.flatten().tolist()
 
 
 def _assert_exact_trajectory(column, tag):
@@ -198,31 +211,15 @@ def test_segments_are_exact_pieces_of_each_trajectory_fast_ones_doing_more():
     cfg = _config(env_name=UNEVEN_ID, unroll_length=8, minibatch_size=24,
                   segment_length=2, max_policy_lag=1)
     collector, alg = _started(cfg)
-    policies = {0: copy.deepcopy(alg.actor)}
-    unrolls = []
     try:
-        for u in range(6):
-            collector.collect()
-            unrolls.append(_take(alg))
-            with torch.no_grad():
-                for p in alg.actor.parameters():
-                    p.add_(0.3 * torch.randn_like(p))
-            policies[u + 1] = copy.deepcopy(alg.actor)
-            collector.publish(u + 1)
+        unrolls, policies = _collect_with_new_policies(collector, alg, 6)
         episodes = collector._episodes
     finally:
         collector.close()
     pieces: dict = {}  # tag -> [(episode, step) of its first row, piece]
     for u, exp in enumerate(unrolls):
         assert exp.reward.shape == (8, 3)
-        lag = u - exp.policy_version
-        assert int(lag.min()) >= 0 and int(lag.max()) <= 1, exp.policy_version
-        for v in exp.policy_version.unique().tolist():
-            rows = exp.policy_version == v
-            with torch.no_grad():
-                expect = policies[v](exp.observation[rows]).log_prob(
-                    exp.action[rows])
-            torch.testing.assert_close(exp.rollout_info[rows], expect)
+        _assert_acted_within_the_bound(u, exp, policies)
         assert exp.truncated[1::2].all()  # every segment's last step
         for row in range(0, 8, 2):
             for b in range(3):
@@ -248,8 +245,10 @@ def test_segments_are_exact_pieces_of_each_trajectory_fast_ones_doing_more():
             truncated=torch.where(ends, script, column.truncated)), tag)
         ended += [episode_length(tag, ep) for (_, ep, st), end in
                   zip(obs.tolist(), last.tolist()) if end]
-    # Tags 101 (odd) step 5 ms slower: the others fill more segments.
-    assert min(len(pieces[100]), len(pieces[102])) > 1.5 * len(pieces[101])
+    # Tag 101 (odd) steps 5 ms slower: the others fill more segments
+    # (with its own columns each would fill 24; 2.2x as many measured on
+    # an idle machine, 1.4x beside a training run).
+    assert min(len(pieces[100]), len(pieces[102])) > 1.2 * len(pieces[101])
     # Every episode once, whole (reward 1 a step: return = length).
     assert sorted(length for _, length in episodes.recent) == sorted(ended)
     assert all(r == length for r, length in episodes.recent)
