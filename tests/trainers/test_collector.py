@@ -108,9 +108,15 @@ def _config(**kw):
     return TrainerConfig(**kw)
 
 
-def _started(cfg, env_seed=100, torch_seed=1):
+def _started(cfg, env_seed=100, torch_seed=1, all_ready=False):
+    """A started collector and its algorithm; with ``all_ready``, started
+    once every actor is ready (not only the first), so that they all begin
+    stepping together."""
     collector = AsyncCollector(cfg)
     obs_space, action_space, names = collector.describe()
+    ready = 1  # the one `describe` read
+    while all_ready and ready < collector._n_actors:
+        ready += collector._get()[1][0] == "ready"
     torch.manual_seed(0)
     alg = PPOAlgorithm(obs_space, action_space, cfg)
     collector.start(alg, EpisodeStats(cfg.local_num_envs, names), env_seed, 0,
@@ -210,7 +216,9 @@ def test_segments_are_exact_pieces_of_each_trajectory_fast_ones_doing_more():
     the fast environments fill more segments than the slow ones."""
     cfg = _config(env_name=UNEVEN_ID, unroll_length=8, minibatch_size=24,
                   segment_length=2, max_policy_lag=1)
-    collector, alg = _started(cfg)
+    # All stepping from the start: an actor still starting would fill few
+    # segments whatever its pace.
+    collector, alg = _started(cfg, all_ready=True)
     try:
         unrolls, policies = _collect_with_new_policies(collector, alg, 6)
         episodes = collector._episodes
