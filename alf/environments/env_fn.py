@@ -4,6 +4,7 @@ Kept free of torch imports: every environment subprocess unpickles them, and
 importing torch there would cost each worker a second of CPU at start and
 at exit.
 """
+import faulthandler
 import os
 import signal
 
@@ -34,10 +35,14 @@ def prepare_worker() -> None:
 
     Ctrl-C, SIGTERM and SIGHUP are the training process's to handle (it
     closes this worker); the kernel ends the worker if that process dies
-    without closing it.
+    without closing it. A native crash (a simulator's segmentation fault)
+    prints the worker's Python stack to stderr before the process dies of
+    its signal, which the training process then names: the run's log says
+    which call crashed.
     """
     process.ignore_run_signals()
     process.die_with_parent(signal.SIGKILL)
+    faulthandler.enable()
 
 
 class EnvFn:
