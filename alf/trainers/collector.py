@@ -377,10 +377,16 @@ class AsyncCollector:
         del self._unrolls[u]
         waited = time.perf_counter() - start
         senders, parts = zip(*(received[i] for i in range(self._parts)))
-        if self._seg is None:
-            exp, info, lengths = self._columns(parts)
-        else:
-            exp, info, lengths = self._segments(parts, senders)
+        # Each part's episodes, per sending actor's environments, in the
+        # order collected (a part holds only real steps: no padding).
+        E = self._envs_per_actor
+        for (_, _, part, info, *_), actor in zip(parts, senders):
+            first = self._cols[actor]
+            self._episodes.update_segment(
+                part.reward, part.terminated | part.truncated, info,
+                range(first, first + E))
+        exp, lengths = (self._columns(parts) if self._seg is None else
+                        self._segments(parts))
         T = int(lengths.max())
         lag = u - exp.policy_version
         if int(lag.max()) > self._lag:
@@ -400,11 +406,6 @@ class AsyncCollector:
         for t in range(T):
             row = nest.map_structure(lambda x: x[t], exp)
             alg.store(row)
-            if info is not None:
-                self._episodes.update(
-                    row.reward.cpu(), (row.terminated | row.truncated).cpu(),
-                    {k: v[t] for k, v in info.items()},
-                    valid=(t < lengths) if ragged else None)
         self.last_steps = int(lengths.sum())
         self.last_preempted = T < self._T or ragged
         if preemption is not None and not self.last_preempted:
@@ -450,9 +451,9 @@ class AsyncCollector:
         return summaries
 
     def _columns(self, parts):
-        """(experience [T, B], episode info, lengths [B]) of an unroll from
-        each actor's columns, in environment order; a column that ended
-        early repeats its last step (padding, left out of training by
+        """(experience [T, B], lengths [B]) of an unroll from each actor's
+        columns, in environment order; a column that ended early repeats
+        its last step (padding, left out of training by
         `set_unroll_lengths`)."""
         lengths = torch.cat([torch.full((p[2].reward.shape[1], ),
                                         p[2].reward.shape[0])
@@ -460,27 +461,20 @@ class AsyncCollector:
         T = int(lengths.max())
         pad = lambda x: x if x.shape[0] == T else torch.cat(  # noqa: E731
             [x, x[-1:].expand((T - x.shape[0], ) + x.shape[1:])])
-        exp, info = nest.map_structure(
+        exp = nest.map_structure(
             lambda *xs: torch.cat([pad(x) for x in xs], 1),
-            *[(p[2], p[3]) for p in parts])
-        return exp, info, lengths
+            *[p[2] for p in parts])
+        return exp, lengths
 
-    def _segments(self, parts, senders):
-        """(experience [T, B], None, lengths [B]) of an unroll from its
-        segments (``segment_length``): the episodes they hold go to the
-        episode statistics here, per sending actor's environments, in the
-        order collected; then segment ``k`` of the ``S x n`` (``S``
+    def _segments(self, parts):
+        """(experience [T, B], lengths [B]) of an unroll from its segments
+        (``segment_length``): segment ``k`` of the ``S x n`` (``S``
         segments per column, ``n`` actors' worth of columns) fills rows
         ``(k // n) x segment_length`` on, columns ``(k % n) x E`` on, and
         every segment's last step is marked ``truncated``: the column's
         next row is another environment's, so GAE bootstraps there from
         the stored next observation, as at a time limit."""
         E = self._envs_per_actor
-        for (_, _, seg, info, *_), actor in zip(parts, senders):
-            first = self._cols[actor]
-            self._episodes.update_segment(
-                seg.reward, seg.terminated | seg.truncated, info,
-                range(first, first + E))
         S, n = self._T // self._seg, self._n_actors
 
         def fold(*xs):
@@ -492,7 +486,7 @@ class AsyncCollector:
         ends = torch.zeros(self._T, 1, dtype=torch.bool)
         ends[self._seg - 1::self._seg] = True
         exp = exp._replace(truncated=exp.truncated | ends)
-        return exp, None, torch.full((n * E, ), self._T)
+        return exp, torch.full((n * E, ), self._T)
 
     def actor_report(self) -> Optional[ActorReport]:
         """Where the actors' and the learner's time went so far (see

@@ -31,17 +31,12 @@ class EpisodeStats:
         self.total_episodes = 0
 
     def update(self, reward: torch.Tensor, done: torch.Tensor,
-               episode_info: Optional[Dict[str, torch.Tensor]] = None,
-               valid: Optional[torch.Tensor] = None) -> None:
-        """Adds one step's rewards; records the episodes that ``done`` ends.
-
-        ``valid`` (bool [B]) leaves out the environments whose entry is
-        padding (an unroll they ended earlier than others).
-        """
-        if valid is not None:
-            reward, done = reward * valid, done & valid
+               episode_info: Optional[Dict[str, torch.Tensor]] = None
+               ) -> None:
+        """Adds one step's rewards; records the episodes that ``done``
+        ends."""
         self._ret += reward
-        self._len += 1 if valid is None else valid.to(self._len.dtype)
+        self._len += 1
         if not done.any():
             return
         info = episode_info or {}
