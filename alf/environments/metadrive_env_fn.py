@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
+from alf.environments import metadrive_seeding
 from alf.environments.env_fn import prepare_worker
 
 # Info key added by `ScenarioSampling`: the episode ended in a collision.
@@ -350,6 +351,8 @@ def make_env(env_class: str, config: dict,
             raise _graphics_error(str(e)) from e
         raise
     env = env_cls(dict(config))
+    # Same random streams, a fifth less CPU per reset (metadrive_seeding).
+    metadrive_seeding.install()
     why = missing_graphics_library()
     if why is not None:
         env.close()
