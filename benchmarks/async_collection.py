@@ -120,6 +120,8 @@ def config_env_settings(gin_file: str) -> dict:
                 out[key] = gin.query_parameter(f"suite_metadrive.load.{key}")
             except ValueError:
                 out[key] = defaults[key].default
+        if out.get("force_destroy", False) is None:
+            out["force_destroy"] = False  # what training environments use
         return out
     finally:
         gin.clear_config()

@@ -153,8 +153,9 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     kwargs = {"render": True} if writer else {}
     try:
-        env = cfg.env_load_fn(cfg.env_name, num_envs=1, seed=seed,
-                              asynchronous=False, **kwargs)
+        with env_fn.evaluation_environments():
+            env = cfg.env_load_fn(cfg.env_name, num_envs=1, seed=seed,
+                                  asynchronous=False, **kwargs)
     except TypeError as e:
         if "render" not in str(e):
             raise

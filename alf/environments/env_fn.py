@@ -4,9 +4,11 @@ Kept free of torch imports: every environment subprocess unpickles them, and
 importing torch there would cost each worker a second of CPU at start and
 at exit.
 """
+import contextlib
 import faulthandler
 import os
 import signal
+from typing import Iterator
 
 import gymnasium as gym
 
@@ -28,6 +30,29 @@ def set_environment_process() -> None:
 def in_environment_process() -> bool:
     """Whether `set_environment_process` was called in this process."""
     return _environment_process
+
+
+_evaluation_loads = 0
+
+
+@contextlib.contextmanager
+def evaluation_environments() -> Iterator[None]:
+    """Environments loaded inside this block (by any thread of this
+    process) will evaluate or replay a policy, not train it: a suite may
+    then choose exactness over speed (`suite_metadrive.load` builds every
+    episode anew). The evaluators and `alf.bin.play` load in it."""
+    global _evaluation_loads
+    _evaluation_loads += 1
+    try:
+        yield
+    finally:
+        _evaluation_loads -= 1
+
+
+def loading_evaluation_environments() -> bool:
+    """Whether an `evaluation_environments` block is open in this
+    process."""
+    return _evaluation_loads > 0
 
 
 def prepare_worker() -> None:

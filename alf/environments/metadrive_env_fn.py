@@ -111,9 +111,9 @@ class ScenarioSampling(gym.Wrapper):
     (episode ``e`` with ``seed + e``) of ``num_scenarios`` episodes drives
     every scenario once: a deterministic policy's score is then exact, not
     a draw of the scenarios, provided the engine builds every episode's
-    objects anew (``force_destroy``, `suite_metadrive.load`'s default;
-    without it earlier episodes change later ones). Before any seed, the
-    generator is seeded from fresh entropy.
+    objects anew (``force_destroy``, `suite_metadrive.load`'s default for
+    evaluation; without it earlier episodes change later ones). Before any
+    seed, the generator is seeded from fresh entropy.
 
     `MEAN_SPEED`, on the step that ends an episode, is the mean of
     MetaDrive's ``velocity`` over the episode's steps, in km/h: how fast a

@@ -98,6 +98,6 @@ def install() -> Optional[int]:
                 getattr(module, "get_np_random", None) is not None and \
                 getattr(module.get_np_random, "alf_original",
                         module.get_np_random) is original:
-            setattr(module, "get_np_random", fast)
+            vars(module)["get_np_random"] = fast
             count += 1
     return count

@@ -9,6 +9,7 @@ import torch
 
 from alf import nest
 from alf.algorithms.rl_algorithm import RLAlgorithm
+from alf.environments import env_fn
 from alf.environments.batched import BatchedEnvironment, check_environment
 from alf.trainers import seeds
 
@@ -42,9 +43,10 @@ def make_evaluator(cfg, load_fn) -> "Evaluator":
     envs: List[BatchedEnvironment] = []
     futures: List[concurrent.futures.Future] = []
     try:
-        envs.append(load())
-        futures = [pool.submit(load) for _ in range(n - 1)]
-        concurrent.futures.wait(futures)
+        with env_fn.evaluation_environments():
+            envs.append(load())
+            futures = [pool.submit(load) for _ in range(n - 1)]
+            concurrent.futures.wait(futures)
         envs += [f.result() for f in futures]  # the first failure raises
     except BaseException:
         _close_all(envs + [f.result() for f in futures

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from alf.environments import env_fn
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -28,3 +30,16 @@ def test_a_worker_that_crashes_natively_prints_its_python_stack():
     plain = _crash_in("pass")
     assert plain.returncode == -signal.SIGSEGV, plain
     assert "step_the_simulator" not in plain.stderr
+
+
+def test_evaluation_environments_nest_and_close_on_errors():
+    assert not env_fn.loading_evaluation_environments()
+    with env_fn.evaluation_environments():
+        with env_fn.evaluation_environments():
+            assert env_fn.loading_evaluation_environments()
+        assert env_fn.loading_evaluation_environments()
+        with pytest.raises(RuntimeError):
+            with env_fn.evaluation_environments():
+                raise RuntimeError("a load failed")
+        assert env_fn.loading_evaluation_environments()
+    assert not env_fn.loading_evaluation_environments()

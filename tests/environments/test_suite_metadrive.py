@@ -5,6 +5,7 @@ that point at a closed port, so a worker that tried to download MetaDrive's
 assets would fail. Episodes are cut at `HORIZON` steps. The loads share one
 configuration, so the spaces are read (in a throwaway process) only once.
 """
+import contextlib
 import importlib.util
 import math
 import os
@@ -24,6 +25,7 @@ if METADRIVE is None:
 import gymnasium as gym  # noqa: E402
 
 from alf.environments import suite_metadrive  # noqa: E402
+from alf.environments.env_fn import evaluation_environments  # noqa: E402
 from alf.environments.metadrive_env_fn import (  # noqa: E402
     CRASH_END, MEAN_SPEED, GraphicsLibraryMissingError, ScenarioSampling,
     make_env, missing_graphics_library)
@@ -121,11 +123,12 @@ def test_two_envs_smoke(env2):
 
 def test_a_scenario_replays_exactly_after_other_episodes():
     """MetaDrive reuses the objects of earlier episodes unless it destroys
-    them (``force_destroy``, alf's default): scenario 3 driven again after
-    other scenarios must see the same observations, bit for bit (without
-    it they differ by ~1e-7 within 70 steps, and grow)."""
-    env = suite_metadrive.load(num_envs=1, seed=0, **dict(CONFIG,
-                                                          horizon=150))
+    them (``force_destroy``, alf's default for evaluation): scenario 3
+    driven again after other scenarios must see the same observations, bit
+    for bit (without it they differ by ~1e-7 within 70 steps, and grow)."""
+    with evaluation_environments():
+        env = suite_metadrive.load(num_envs=1, seed=0,
+                                   **dict(CONFIG, horizon=150))
 
     def drive(seed):
         observations = [env.reset(seed=seed).observation]
@@ -288,6 +291,33 @@ def test_an_actor_with_more_than_one_environment_names_the_setting(
     with pytest.raises(AlfError, match="not 2; set "
                        "TrainerConfig.envs_per_actor=1"):
         suite_metadrive.load(num_envs=2)
+
+
+class _Built(Exception):
+    pass
+
+
+@pytest.mark.parametrize("evaluation, given, expected", [
+    (False, None, False), (True, None, True),
+    (False, True, True), (True, False, False)])
+def test_episodes_are_built_anew_for_evaluation_only(monkeypatch, evaluation,
+                                                     given, expected):
+    """By default training environments reuse MetaDrive's objects (~8 ms
+    less per reset) and evaluation environments build each episode anew
+    (exact scores); a value given explicitly wins."""
+    configs = []
+
+    def env_fn_recorder(env_class, config, **kwargs):
+        configs.append(config)
+        raise _Built
+
+    monkeypatch.setattr(suite_metadrive, "MetaDriveEnvFn", env_fn_recorder)
+    with contextlib.ExitStack() as stack:
+        if evaluation:
+            stack.enter_context(evaluation_environments())
+        with pytest.raises(_Built):
+            suite_metadrive.load(force_destroy=given, **CONFIG)
+    assert configs[0]["force_destroy"] is expected
 
 
 @pytest.mark.skipif(

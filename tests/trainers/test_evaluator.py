@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from alf.data_structures import AlgStep
-from alf.environments import suite_gym
+from alf.environments import env_fn, suite_gym
 from alf.trainers.evaluator import (Evaluator, append_eval_csv,
                                     evaluate_together, make_evaluator,
                                     read_eval_csv, set_aside_later_rows)
@@ -203,6 +203,24 @@ def test_make_evaluator_loads_one_environment_each():
     assert calls == [1, 1, 1, 1] and evaluator.num_episodes == 4
     assert evaluator.evaluate(_FirstObservation())[
         "average_episode_length"] == 3
+    evaluator.close()
+
+
+def test_make_evaluator_loads_evaluation_environments_on_every_thread():
+    """Each load, the first in the caller's thread and the others on the
+    pool's, sees `evaluation_environments` open (a suite may then build
+    exact episodes); the block is closed once the evaluator is built."""
+    seen = []
+
+    def load_fn(env_name, num_envs, seed, asynchronous):
+        seen.append((threading.get_ident(),
+                     env_fn.loading_evaluation_environments()))
+        return _group([3])
+
+    evaluator = make_evaluator(_Config(), load_fn)
+    assert [flag for _, flag in seen] == [True] * 4
+    assert len({thread for thread, _ in seen}) > 1
+    assert not env_fn.loading_evaluation_environments()
     evaluator.close()
 
 
