@@ -75,7 +75,7 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
         raise ConfigError(
             f"PPOAlgorithm.log_std_bound={tuple(bound)!r} needs a Gaussian "
             f"policy with a log_std parameter; {type(actor).__name__} has "
-            "none (a discrete action space, or a Beta policy?)")
+            "none (a discrete action space, a Beta policy, or gSDE?)")
     if any(isinstance(m, ActorDistributionNetwork) and
            m.std_head is not None for m in actor.modules()):
         raise ConfigError(

@@ -1,6 +1,7 @@
 """Actor networks producing action distributions (categorical, Gaussian or
 Beta)."""
-from typing import Sequence
+import math
+from typing import Optional, Sequence
 
 import gin
 import gymnasium as gym
@@ -58,6 +59,23 @@ class ActorDistributionNetwork(nn.Module):
             buffer ``concentration_scale``, so a schedule's value
             (`PPOAlgorithm`'s ``beta_concentration_schedule``) reaches the
             actors and the checkpoints.
+        gsde_interval: Box actions, Gaussian (squashed or not): generalised
+            state-dependent exploration (gSDE; Raffin et al., 2022, as
+            Stable-Baselines3's ``use_sde``). The sampling policy adds
+            ``features @ theta`` to the mean, the encoder's last features
+            (without gradient) times a matrix ``theta`` [F, A] of normal
+            draws scaled by ``exp(exploration_log_std)``, drawn for each
+            environment every ``gsde_interval`` samples and kept between:
+            the noise is a smooth function of the state for that many steps
+            rather than a new draw every step, so the actions do not jitter
+            and the deterministic policy (``theta = 0``) is one of the
+            policies that explored. For one state the action is Gaussian
+            with variance ``features**2 @ exp(2 exploration_log_std)``,
+            which PPO's ratio and the stored log-probabilities use.
+            ``exploration_log_std`` starts at ``init_log_std - log(F) / 2``,
+            so the initial std is ``exp(init_log_std)`` times the features'
+            root mean square. Takes no ``state_dependent_std`` (its std is
+            always per state).
     """
 
     # Buffers, registered only with ``squash`` or ``beta`` (the scale:
@@ -71,7 +89,8 @@ class ActorDistributionNetwork(nn.Module):
                  activation: str = "tanh", init_log_std: float = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
                  state_dependent_std: bool = False, beta: bool = False,
-                 beta_concentration_scale: float = 1.0):
+                 beta_concentration_scale: float = 1.0,
+                 gsde_interval: Optional[int] = None):
         super().__init__()
         if not beta_concentration_scale > 0:
             raise ConfigError(
@@ -81,6 +100,17 @@ class ActorDistributionNetwork(nn.Module):
             raise ConfigError(
                 "ActorDistributionNetwork.beta=True is a distribution of its "
                 "own, with a spread per state; it takes neither squash=True "
+                "nor state_dependent_std=True")
+        if gsde_interval is not None and (
+                isinstance(gsde_interval, bool) or
+                not isinstance(gsde_interval, int) or gsde_interval < 1):
+            raise ConfigError(
+                f"ActorDistributionNetwork.gsde_interval={gsde_interval!r}; "
+                "valid: None or a number of steps >= 1")
+        if gsde_interval is not None and (beta or state_dependent_std):
+            raise ConfigError(
+                "ActorDistributionNetwork.gsde_interval explores a Gaussian "
+                "with a std per state of its own; it takes neither beta=True "
                 "nor state_dependent_std=True")
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
                                        activation, conv_layers)
@@ -94,6 +124,11 @@ class ActorDistributionNetwork(nn.Module):
             out = flat_size(action_space)
             if self.beta:
                 head_size = 2 * out  # alpha's and beta's
+            elif gsde_interval is not None:
+                features = self.encoder.output_size
+                self.exploration_log_std = nn.Parameter(torch.full(
+                    (features, out),
+                    init_log_std - 0.5 * math.log(features)))
             else:
                 self.log_std = nn.Parameter(torch.full((out,), init_log_std))
             if squash or beta:
@@ -116,6 +151,13 @@ class ActorDistributionNetwork(nn.Module):
                              "valid: Discrete or Box")
         self.head = orthogonal_init(
             nn.Linear(self.encoder.output_size, head_size or out), 0.01)
+        self.gsde_interval = None if self.discrete else gsde_interval
+        # Per-environment standard normal draws [B, F, A] and the samples
+        # left before new ones: plain attributes, so neither checkpoints
+        # nor DDP's buffer broadcast (which would give every rank rank 0's
+        # noise) see them.
+        self._gsde_draws: Optional[torch.Tensor] = None
+        self._gsde_left = 0
         self.std_head = None
         if state_dependent_std and not self.discrete:
             self.std_head = orthogonal_init(
@@ -143,6 +185,8 @@ class ActorDistributionNetwork(nn.Module):
             alpha, beta = ((1 + nn.functional.softplus(out)) *
                            self.concentration_scale).chunk(2, -1)
             return Beta(alpha, beta, self.action_low, self.action_high)
+        if self.gsde_interval is not None:
+            return self._gsde_distribution(out, features.detach())
         log_std = self.log_std
         if self.std_head is not None:
             log_std = (log_std + self.std_head(features)).clamp(
@@ -151,3 +195,30 @@ class ActorDistributionNetwork(nn.Module):
             return TanhGaussian(out, log_std, self.action_low,
                                 self.action_high)
         return DiagGaussian(out, log_std)
+
+    def _gsde_distribution(self, mean: torch.Tensor, phi: torch.Tensor):
+        scale = self.exploration_log_std.exp()
+        log_std = 0.5 * ((phi * phi) @ (scale * scale)).clamp_min(
+            1e-12).log()
+
+        def noise() -> torch.Tensor:
+            return torch.einsum("bf,bfa->ba", phi,
+                                self._draws(phi, mean.shape[-1]) * scale)
+
+        if self.squash:
+            return TanhGaussian(mean, log_std, self.action_low,
+                                self.action_high, noise=noise)
+        return DiagGaussian(mean, log_std, noise=noise)
+
+    def _draws(self, phi: torch.Tensor, actions: int) -> torch.Tensor:
+        """This sample's draws, new every ``gsde_interval`` samples (or
+        when the batch of environments changes)."""
+        shape = (phi.shape[0], phi.shape[1], actions)
+        draws = self._gsde_draws
+        if (draws is None or self._gsde_left <= 0 or draws.shape != shape
+                or draws.device != phi.device):
+            draws = torch.randn(shape, device=phi.device, dtype=phi.dtype)
+            assert self.gsde_interval is not None  # only gSDE samples here
+            self._gsde_draws, self._gsde_left = draws, self.gsde_interval
+        self._gsde_left -= 1
+        return draws

@@ -5,7 +5,7 @@ value training cannot disturb the policy's features) and distils value
 information into the policy's features through an auxiliary value head that
 is trained only in the auxiliary phase.
 """
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import gin
 import torch
@@ -26,7 +26,8 @@ class DisjointPolicyValueNetwork(nn.Module):
     Args:
         observation_space, action_space, hidden_sizes, activation,
             init_log_std, conv_layers, squash, state_dependent_std, beta,
-            beta_concentration_scale: as for `ActorDistributionNetwork`.
+            beta_concentration_scale, gsde_interval: as for
+            `ActorDistributionNetwork`.
     """
 
     def __init__(self, observation_space, action_space,
@@ -34,13 +35,15 @@ class DisjointPolicyValueNetwork(nn.Module):
                  activation: str = "tanh", init_log_std: float = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
                  state_dependent_std: bool = False, beta: bool = False,
-                 beta_concentration_scale: float = 1.0):
+                 beta_concentration_scale: float = 1.0,
+                 gsde_interval: Optional[int] = None):
         super().__init__()
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
                                               init_log_std, conv_layers,
                                               squash, state_dependent_std,
-                                              beta, beta_concentration_scale)
+                                              beta, beta_concentration_scale,
+                                              gsde_interval)
         self.aux_value_head = orthogonal_init(
             nn.Linear(self.actor.encoder.output_size, 1), 1.0)
 

@@ -348,3 +348,29 @@ def test_a_beta_schedule_that_ends_early_holds_its_final_scale():
                             (0.9, 5.0)):
         alg.train_on_unroll(exp, progress)
         assert float(alg.actor.concentration_scale) == pytest.approx(scale)
+
+
+def test_gsde_rollout_log_probs_are_the_acting_policys_and_training_moves_its_std():
+    """With gSDE the stored log-probability is that of the per-state
+    Gaussian the sample came from (what PPO's ratio divides by), and an
+    update trains ``exploration_log_std``; the log-std bound refuses it."""
+    import functools
+
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.utils.errors import ConfigError
+    ctor = functools.partial(ActorDistributionNetwork, gsde_interval=2)
+    alg = _gaussian_ppo(actor_network_ctor=ctor)
+    obs = torch.randn(2, 3)
+    step = alg.rollout_step(obs)
+    torch.testing.assert_close(step.info,
+                               alg.actor(obs).log_prob(step.output))
+    torch.testing.assert_close(alg.rollout_step(obs).output, step.output)
+    before = alg.actor.exploration_log_std.detach().clone()
+    exp = _box_unroll()
+    exp = exp._replace(rollout_info=alg.actor(
+        exp.observation.flatten(0, 1)).log_prob(
+            exp.action.flatten(0, 1)).view(4, 2).detach())
+    alg.train_on_unroll(exp, progress=0.0)
+    assert not torch.equal(alg.actor.exploration_log_std, before)
+    with pytest.raises(ConfigError, match="or gSDE"):
+        _gaussian_ppo(log_std_bound=(0.0, -1.0), actor_network_ctor=ctor)
