@@ -12,6 +12,7 @@ import argparse
 import torch
 
 from alf.environments import suite_metadrive
+from alf.environments.env_fn import evaluation_environments
 from alf.trainers.evaluator import Evaluator
 from alf.trainers.seeds import eval_seed
 from alf.data_structures import AlgStep
@@ -54,9 +55,10 @@ def main():
     for split, start, count in (
             ("train", args.start_seed, args.num_scenarios),
             ("held-out", args.held_out_start_seed, args.held_out_scenarios)):
-        env = suite_metadrive.load(num_envs=args.episodes,
-                                   traffic_density=args.traffic_density,
-                                   num_scenarios=count, start_seed=start)
+        with evaluation_environments():  # exact, as evaluation builds them
+            env = suite_metadrive.load(num_envs=args.episodes,
+                                       traffic_density=args.traffic_density,
+                                       num_scenarios=count, start_seed=start)
         evaluator = Evaluator(env, seed=eval_seed(args.seed))
         print(f"{split}: scenarios {start}-{start + count - 1}")
         for kind in ("random", "full_throttle"):

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from alf.environments import metadrive_seeding, suite_metadrive
+from alf.environments import suite_metadrive
 from alf.environments.metadrive_env_fn import make_env
 
 CONFIG = dict(num_scenarios=10, start_seed=1000, traffic_density=0.1,
