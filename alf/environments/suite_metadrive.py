@@ -165,7 +165,8 @@ def load(env_name: str = "MetaDrive",
             scored 0.71 and 0.80 route completion on the same 10 scenarios
             driven in two orders (docs/benchmarks.md). With it an episode
             depends only on its scenario and actions, so evaluations and
-            replays are exact, at ~8 ms more per reset (29 against 37 ms).
+            replays are exact, at ~9 ms more per reset (42 against 33 ms;
+            benchmarks/metadrive_reset_cost.py).
             None (the default): exact for environments loaded to evaluate
             or replay a policy (`env_fn.evaluation_environments`: the
             evaluators, `alf.bin.play`), reused for training, where no

@@ -302,7 +302,7 @@ class _Built(Exception):
     (False, True, True), (True, False, False)])
 def test_episodes_are_built_anew_for_evaluation_only(monkeypatch, evaluation,
                                                      given, expected):
-    """By default training environments reuse MetaDrive's objects (~8 ms
+    """By default training environments reuse MetaDrive's objects (~9 ms
     less per reset) and evaluation environments build each episode anew
     (exact scores); a value given explicitly wins."""
     configs = []
