@@ -120,8 +120,9 @@ def config_env_settings(gin_file: str) -> dict:
                 out[key] = gin.query_parameter(f"suite_metadrive.load.{key}")
             except ValueError:
                 out[key] = defaults[key].default
-        if out.get("force_destroy", False) is None:
-            out["force_destroy"] = False  # what training environments use
+        # What training environments use (this is not an evaluation).
+        out["force_destroy"] = suite_metadrive.resolve_force_destroy(
+            out["force_destroy"])
         return out
     finally:
         gin.clear_config()

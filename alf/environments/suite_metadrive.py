@@ -197,8 +197,7 @@ def load(env_name: str = "MetaDrive",
     _check_arguments(env_name, observation, num_envs, num_scenarios,
                      observe_previous_action)
     env_class, image = OBSERVATIONS[observation]
-    if force_destroy is None:
-        force_destroy = loading_evaluation_environments()
+    force_destroy = resolve_force_destroy(force_destroy)
     config = dict(num_scenarios=num_scenarios, start_seed=start_seed,
                   traffic_density=traffic_density, horizon=horizon, map=map,
                   force_destroy=force_destroy, log_level=log_level,
@@ -230,6 +229,14 @@ def load(env_name: str = "MetaDrive",
                              autoreset_mode=AutoresetMode.SAME_STEP)
     return GymEnvironment(vec, clip_action=True, seed=seed,
                           episode_info=EPISODE_INFO)
+
+
+def resolve_force_destroy(force_destroy: Optional[bool]) -> bool:
+    """`load`'s ``force_destroy`` as it builds environments here: None
+    is True inside `env_fn.evaluation_environments`, False elsewhere."""
+    if force_destroy is None:
+        return loading_evaluation_environments()
+    return force_destroy
 
 
 def _check_arguments(env_name: str, observation: str, num_envs: int,
