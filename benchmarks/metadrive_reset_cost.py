@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from alf.environments import suite_metadrive
+from alf.environments import metadrive_seeding, suite_metadrive
 from alf.environments.metadrive_env_fn import make_env
 
 CONFIG = dict(num_scenarios=10, start_seed=1000, traffic_density=0.1,
@@ -45,14 +45,9 @@ def main():
                         help="episode length for the per-step figure")
     args = parser.parse_args()
     env = make_env(suite_metadrive.OBSERVATIONS["state"][0], dict(CONFIG))
-    from metadrive.utils import random_utils
-    fast = random_utils.get_np_random
-    original = getattr(fast, "alf_original", None)
-    if original is None:
+    if metadrive_seeding.install() is None:
         sys.exit("alf's seeding is not installed in this MetaDrive "
                  "(metadrive_seeding.install refused it): nothing to compare")
-    holders = [m for n, m in sys.modules.items() if n.startswith("metadrive")
-               and getattr(m, "get_np_random", None) is fast]
     env.reset(seed=0)  # starts the engine
     engine = env.unwrapped.engine
     for _ in range(4 * CONFIG["num_scenarios"]):  # every map built once
@@ -63,8 +58,10 @@ def main():
     print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
     for block in range(args.blocks):
         for seeding, destroy in variants[block % 4:] + variants[:block % 4]:
-            for m in holders:
-                m.get_np_random = fast if seeding == "alf" else original
+            if seeding == "alf":
+                metadrive_seeding.install()
+            else:
+                metadrive_seeding.uninstall()
             engine.global_config["force_destroy"] = destroy
             env.reset()  # leaves the other variant's objects behind
             start = time.process_time()

@@ -10,15 +10,17 @@ costs ~110 us a call, a third of a steady-state reset's ~43 ms, and under a
 learning policy that crashes every ~65 steps, about 9% of an environment
 step (docs/benchmarks.md).
 
-`install` replaces that function, in every MetaDrive module that holds it,
-by one that builds the generator's state with MetaDrive's seeding only
-(~45 us). Before it replaces anything it checks that both give the same
-generator state for a few seeds; if they do not (another MetaDrive or
-numpy), it leaves MetaDrive as it is. Environment workers call it; it is
-free of torch imports, like the rest of the worker side.
+`install` replaces that function, in every MetaDrive module that holds it
+(`holders`), by one that builds the generator's state with MetaDrive's
+seeding only (~45 us). Before it replaces anything it checks that both
+give the same generator state for a few seeds; if they do not (another
+MetaDrive or numpy), it leaves MetaDrive as it is. `uninstall` puts
+MetaDrive's function back. Environment workers call `install`; the module
+is free of torch imports, like the rest of the worker side.
 """
 import sys
-from typing import Callable, Optional
+from types import ModuleType
+from typing import Callable, List, Optional
 
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
@@ -73,6 +75,25 @@ def _same_states(a: Callable, b: Callable) -> bool:
     return True
 
 
+def _original():
+    from metadrive.utils import random_utils
+    return random_utils, getattr(random_utils.get_np_random, "alf_original",
+                                 random_utils.get_np_random)
+
+
+def holders() -> List[ModuleType]:
+    """The loaded MetaDrive modules that hold MetaDrive's `get_np_random`
+    or alf's replacement of it (each imported it by name, so each holds its
+    own reference)."""
+    _, original = _original()
+    return [
+        module for name, module in list(sys.modules.items())
+        if (name == "metadrive" or name.startswith("metadrive.")) and
+        getattr(getattr(module, "get_np_random", None), "alf_original",
+                getattr(module, "get_np_random", None)) is original
+    ]
+
+
 def install() -> Optional[int]:
     """Replaces MetaDrive's `get_np_random` in every loaded MetaDrive
     module that holds it (call it after the environment's class is
@@ -82,9 +103,7 @@ def install() -> Optional[int]:
         How many modules now use the faster function, or None if it was not
         installed (its generator states differ from MetaDrive's).
     """
-    from metadrive.utils import random_utils
-    original = getattr(random_utils.get_np_random, "alf_original",
-                       random_utils.get_np_random)
+    random_utils, original = _original()
     try:
         fast = _fast(random_utils)
         if not _same_states(original, fast):
@@ -92,12 +111,21 @@ def install() -> Optional[int]:
     except (AttributeError, TypeError, ValueError):
         # A numpy or MetaDrive without the pieces it relies on.
         return None
-    count = 0
-    for name, module in list(sys.modules.items()):
-        if (name == "metadrive" or name.startswith("metadrive.")) and \
-                getattr(module, "get_np_random", None) is not None and \
-                getattr(module.get_np_random, "alf_original",
-                        module.get_np_random) is original:
-            vars(module)["get_np_random"] = fast
-            count += 1
-    return count
+    modules = holders()
+    for module in modules:
+        vars(module)["get_np_random"] = fast
+    return len(modules)
+
+
+def uninstall() -> int:
+    """Gives every MetaDrive module its own `get_np_random` back (for
+    comparisons; a later `install` finds the same modules).
+
+    Returns:
+        How many modules hold MetaDrive's function now.
+    """
+    _, original = _original()
+    modules = holders()
+    for module in modules:
+        vars(module)["get_np_random"] = original
+    return len(modules)

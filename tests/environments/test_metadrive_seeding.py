@@ -31,8 +31,6 @@ def _drive(env, scenario: int) -> np.ndarray:
 
 
 def _check(queue) -> None:
-    import sys
-
     from metadrive.utils import random_utils
 
     from alf.environments import metadrive_seeding, suite_metadrive
@@ -40,9 +38,8 @@ def _check(queue) -> None:
     report = {}
     original = random_utils.get_np_random
     env = make_env(suite_metadrive.OBSERVATIONS["state"][0], dict(CONFIG))
-    holders = [m for n, m in sys.modules.items()
-               if n.startswith("metadrive") and
-               hasattr(getattr(m, "get_np_random", None), "alf_original")]
+    holders = metadrive_seeding.holders()
+    assert all(hasattr(m.get_np_random, "alf_original") for m in holders)
     report["patched"] = sorted(m.__name__ for m in holders)
     fast = holders[0].get_np_random
     report["states_equal"] = all(
@@ -67,8 +64,8 @@ def _check(queue) -> None:
                 errors.append(type(e).__name__)
         report[f"error {seed}"] = errors
     fast_run = _drive(env, 3)
-    for m in holders:
-        m.get_np_random = original
+    report["uninstalled"] = metadrive_seeding.uninstall()
+    report["restored"] = all(m.get_np_random is original for m in holders)
     report["original_run_equal"] = np.array_equal(_drive(env, 3), fast_run)
     report["steps"] = len(fast_run)
     # Installing again after a restore finds the same modules.
@@ -77,8 +74,7 @@ def _check(queue) -> None:
     good = metadrive_seeding._fast
     metadrive_seeding._fast = lambda ru: (lambda seed=None, return_seed=False:
                                           np.random.RandomState(seed))
-    for m in holders:
-        m.get_np_random = original
+    metadrive_seeding.uninstall()
     report["mismatch"] = metadrive_seeding.install()
     report["untouched"] = all(m.get_np_random is original for m in holders)
     metadrive_seeding._fast = good
@@ -111,6 +107,8 @@ def test_same_streams_and_same_episodes():
     assert report["error -1"] == report["error 1.5"] == ["TypeError"] * 2
     # Scenario 3 with traffic, driven with MetaDrive's seeding and with
     # alf's: the same observations, bit for bit.
+    assert report["uninstalled"] == len(report["patched"])
+    assert report["restored"]
     assert report["steps"] > 40 and report["original_run_equal"]
     assert report["reinstalled"] == len(report["patched"])
     assert report["mismatch"] is None and report["untouched"]
