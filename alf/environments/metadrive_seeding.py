@@ -75,10 +75,15 @@ def _same_states(a: Callable, b: Callable) -> bool:
     return True
 
 
+def _metadrive_own(fn):
+    """MetaDrive's function behind ``fn`` (``fn`` itself unless it is
+    alf's replacement)."""
+    return getattr(fn, "alf_original", fn)
+
+
 def _original():
     from metadrive.utils import random_utils
-    return random_utils, getattr(random_utils.get_np_random, "alf_original",
-                                 random_utils.get_np_random)
+    return random_utils, _metadrive_own(random_utils.get_np_random)
 
 
 def holders() -> List[ModuleType]:
@@ -89,8 +94,7 @@ def holders() -> List[ModuleType]:
     return [
         module for name, module in list(sys.modules.items())
         if (name == "metadrive" or name.startswith("metadrive.")) and
-        getattr(getattr(module, "get_np_random", None), "alf_original",
-                getattr(module, "get_np_random", None)) is original
+        _metadrive_own(getattr(module, "get_np_random", None)) is original
     ]
 
 

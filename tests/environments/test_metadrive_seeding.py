@@ -39,7 +39,9 @@ def _check(queue) -> None:
     original = random_utils.get_np_random
     env = make_env(suite_metadrive.OBSERVATIONS["state"][0], dict(CONFIG))
     holders = metadrive_seeding.holders()
-    assert all(hasattr(m.get_np_random, "alf_original") for m in holders)
+    # Reported, not asserted: a failure here would only time out the parent.
+    report["all_fast"] = all(hasattr(m.get_np_random, "alf_original")
+                             for m in holders)
     report["patched"] = sorted(m.__name__ for m in holders)
     fast = holders[0].get_np_random
     report["states_equal"] = all(
@@ -101,6 +103,7 @@ def test_same_streams_and_same_episodes():
                  "metadrive.component.navigation_module."
                  "node_network_navigation"):
         assert name in report["patched"], report["patched"]
+    assert report["all_fast"]
     assert report["states_equal"] and report["draws_equal"]
     assert report["return_seed"][0] == report["return_seed"][1] == 9
     assert report["none_differs"]
