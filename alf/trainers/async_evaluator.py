@@ -95,7 +95,8 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
             held_out_fn = TrainerConfig().held_out_env_load_fn
         evaluators.append(make_evaluator(config, config.env_load_fn))
         if held_out_fn is not None:
-            evaluators.append(make_evaluator(config, held_out_fn))
+            evaluators.append(make_evaluator(
+                config, held_out_fn, config.num_held_out_eval_episodes))
         algorithm = config.algorithm_ctor(
             observation_space=evaluators[0].observation_space,
             action_space=evaluators[0].action_space, config=config)

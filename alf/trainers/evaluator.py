@@ -19,10 +19,17 @@ EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 
 
-def make_evaluator(cfg, load_fn) -> "Evaluator":
-    """An `Evaluator` of ``cfg.num_eval_episodes`` environments made by
-    ``load_fn`` (the training environments' or the held-out ones'), for
-    the `TrainerConfig` ``cfg``.
+def make_evaluator(cfg, load_fn,
+                   num_episodes: Optional[int] = None) -> "Evaluator":
+    """An `Evaluator` of ``num_episodes`` episodes (default
+    ``cfg.num_eval_episodes``) in environments made by ``load_fn`` (the
+    training environments' or the held-out ones'), for the `TrainerConfig`
+    ``cfg``.
+
+    It loads ``min(num_episodes, cfg.num_eval_episodes)`` environments;
+    more episodes than that are played in rounds (`Evaluator`), so a
+    held-out set judged on many scenarios costs time, not a simulator
+    process per episode.
 
     Each environment is loaded on its own (``num_envs=1``), so that one
     whose episode has ended stops stepping while the others play on. The
@@ -38,7 +45,8 @@ def make_evaluator(cfg, load_fn) -> "Evaluator":
             cfg.env_name, num_envs=1, seed=None, asynchronous=cfg.async_env),
             load_fn)
 
-    n = cfg.num_eval_episodes
+    episodes = num_episodes or cfg.num_eval_episodes
+    n = min(episodes, cfg.num_eval_episodes)
     pool = concurrent.futures.ThreadPoolExecutor(n)
     envs: List[BatchedEnvironment] = []
     futures: List[concurrent.futures.Future] = []
@@ -55,7 +63,8 @@ def make_evaluator(cfg, load_fn) -> "Evaluator":
         pool.shutdown(cancel_futures=True)
         raise
     return Evaluator(envs, seed=seeds.eval_seed(cfg.seed),
-                     deterministic=cfg.eval_deterministic, pool=pool)
+                     deterministic=cfg.eval_deterministic, pool=pool,
+                     num_episodes=episodes)
 
 
 def _close_all(envs: Sequence[BatchedEnvironment]) -> None:
@@ -87,26 +96,44 @@ class Evaluator:
     Evaluation never calls a collective, so in distributed training it runs
     on rank 0 alone.
 
+    More episodes than environments are played in rounds: every round
+    starts one episode in each environment (the last round in as many
+    groups as the episodes left need) and ends when they have all ended.
+
     Args:
-        envs: the groups of environments, or one `BatchedEnvironment`; one
-            episode is played per environment.
-        seed: every evaluation resets the environments with this seed (the
-            ``i``-th environment over all groups with ``seed + i``), so
-            all evaluations of a run play the same episode starts (the same
-            scenarios in MetaDrive) and differ only by the policy.
+        envs: the groups of environments, or one `BatchedEnvironment`.
+        seed: every evaluation resets the environments with this seed
+            (episode ``e`` of the evaluation, the ``i``-th environment over
+            all groups in round ``r``, with ``seed + e``, ``e = r *
+            environments + i``), so all evaluations of a run play the same
+            episode starts (the same scenarios in MetaDrive) and differ
+            only by the policy.
         deterministic: act with `predict_step`; else with `rollout_step`.
         pool: the threads that step the groups (at least one per group),
             shut down by `close` after the environments; by default a
             pool of its own.
+        num_episodes: episodes per evaluation; by default one per
+            environment.
+
+    Raises:
+        ValueError: ``num_episodes`` is not a positive integer.
     """
 
     def __init__(self, envs: Union[BatchedEnvironment,
                                    Sequence[BatchedEnvironment]],
                  seed: Optional[int] = None, deterministic: bool = True,
-                 pool: Optional[concurrent.futures.ThreadPoolExecutor] = None):
+                 pool: Optional[concurrent.futures.ThreadPoolExecutor] = None,
+                 num_episodes: Optional[int] = None):
         if isinstance(envs, BatchedEnvironment):
             envs = [envs]
         self._envs: List[BatchedEnvironment] = list(envs)
+        width = sum(env.num_envs for env in self._envs)
+        if num_episodes is None:
+            num_episodes = width
+        if not isinstance(num_episodes, int) or num_episodes < 1:
+            raise ValueError(f"num_episodes={num_episodes!r}; it must be a "
+                             f"positive integer")
+        self._num_episodes = num_episodes
         self._seed = seed
         self._deterministic = deterministic
         self._pool = pool or concurrent.futures.ThreadPoolExecutor(
@@ -124,8 +151,8 @@ class Evaluator:
 
     @property
     def num_episodes(self) -> int:
-        """Episodes played by each evaluation (one per environment)."""
-        return sum(env.num_envs for env in self._envs)
+        """Episodes played by each evaluation."""
+        return self._num_episodes
 
     @property
     def deterministic(self) -> bool:
@@ -133,22 +160,30 @@ class Evaluator:
         return self._deterministic
 
     def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
-        """Plays one episode in each environment; returns the averages.
+        """Plays `num_episodes` episodes; returns the averages.
 
         A sampling policy draws from its own RNG stream (seeded by ``seed``),
         so evaluations are reproducible and leave training's RNG alone.
         """
         return evaluate_together([self], algorithm)[0]
 
-    def _starts(self) -> List[Tuple[BatchedEnvironment, Optional[int],
-                                    concurrent.futures.ThreadPoolExecutor]]:
-        """(group, its reset seed, the threads that step it) per group."""
-        out, first = [], 0
-        for env in self._envs:
-            seed = None if self._seed is None else self._seed + first
-            out.append((env, seed, self._pool))
-            first += env.num_envs
-        return out
+    def _rounds(self) -> List[List[Tuple[
+            BatchedEnvironment, Optional[int],
+            concurrent.futures.ThreadPoolExecutor]]]:
+        """Per round, (group, its reset seed, the threads that step it) for
+        each group that plays in it."""
+        width = sum(env.num_envs for env in self._envs)
+        rounds = []
+        for first_of_round in range(0, self._num_episodes, width):
+            out, first = [], first_of_round
+            for env in self._envs:
+                if first >= self._num_episodes:
+                    break
+                seed = None if self._seed is None else self._seed + first
+                out.append((env, seed, self._pool))
+                first += env.num_envs
+            rounds.append(out)
+        return rounds
 
     def close(self):
         """Closes the evaluation environments."""
@@ -167,9 +202,10 @@ def evaluate_together(evaluators: Sequence[Evaluator],
     Each environment starts from the seed its own evaluator gives it, and
     the policy acts for every environment still playing in one batch, so
     one evaluator's last, long episodes overlap the other's instead of
-    leaving cores idle. A sampling policy draws from one RNG stream seeded
-    by the first evaluator's seed: reproducible, and training's RNG is left
-    alone.
+    leaving cores idle. An evaluator of more episodes than environments
+    plays its later rounds after the others' last one. A sampling policy
+    draws from one RNG stream seeded by the first evaluator's seed:
+    reproducible, and training's RNG is left alone.
 
     Raises:
         ValueError: the evaluators disagree on ``deterministic``.
@@ -179,23 +215,40 @@ def evaluate_together(evaluators: Sequence[Evaluator],
                          "deterministically or all sample")
     devices = [torch.cuda.current_device()] if torch.cuda.is_available(
     ) and torch.cuda.is_initialized() else []
+    rounds = [e._rounds() for e in evaluators]
+    # Per evaluator: the per-episode returns, lengths and metrics of each
+    # round it played.
+    played: List[list] = [[] for _ in evaluators]
     with torch.random.fork_rng(devices=devices):
         seed = evaluators[0]._seed
         if seed is not None:
             torch.manual_seed(seed)
-        starts = [e._starts() for e in evaluators]
-        returns, lengths, metrics = _play(
-            [g for groups in starts for g in groups], algorithm,
-            evaluators[0].deterministic)
-    out, first = [], 0
-    for groups in starts:
-        n = sum(env.num_envs for env, _, _ in groups)
-        rows = slice(first, first + n)
-        first += n
-        result = {"average_return": returns[rows].mean().item(),
-                  "average_episode_length": lengths[rows].mean().item()}
-        for name in groups[0][0].episode_info:
-            result[name] = metrics[name][rows].nanmean().item()
+        for r in range(max(len(x) for x in rounds)):
+            # Round r of every evaluator that has one, in one batch.
+            now = [(k, x[r]) for k, x in enumerate(rounds) if r < len(x)]
+            returns, lengths, metrics = _play(
+                [g for _, groups in now for g in groups], algorithm,
+                evaluators[0].deterministic)
+            first = 0
+            for k, groups in now:
+                n = sum(env.num_envs for env, _, _ in groups)
+                rows = slice(first, first + n)
+                first += n
+                played[k].append((returns[rows], lengths[rows],
+                                  {name: m[rows]
+                                   for name, m in metrics.items()}))
+    out = []
+    for evaluator, chunks in zip(evaluators, played):
+        n = evaluator.num_episodes  # a last group may play past it
+
+        def cat(pick, n=n, chunks=chunks):
+            return torch.cat([pick(c) for c in chunks])[:n]
+
+        result = {"average_return": cat(lambda c: c[0]).mean().item(),
+                  "average_episode_length": cat(lambda c: c[1]).mean().item()}
+        for name in evaluator._envs[0].episode_info:
+            result[name] = cat(lambda c, name=name: c[2][name]).nanmean(
+            ).item()
         out.append(result)
     return out
 

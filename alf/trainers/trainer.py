@@ -175,8 +175,9 @@ class Trainer:
         elif self.is_chief:
             self._evaluator = make_evaluator(cfg, cfg.env_load_fn)
             if cfg.held_out_env_load_fn is not None:
-                self._held_out = make_evaluator(cfg,
-                                                 cfg.held_out_env_load_fn)
+                self._held_out = make_evaluator(
+                    cfg, cfg.held_out_env_load_fn,
+                    cfg.num_held_out_eval_episodes)
 
     def _restore(self) -> None:
         """Resumes from the latest checkpoint, if any (a collective)."""

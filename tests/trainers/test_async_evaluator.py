@@ -20,7 +20,8 @@ from test_trainer import _short_episodes as short_episodes
 def _config(**kw):
     args = dict(num_env_steps=12 * SPI, eval_interval=2,
                 checkpoint_interval=1, max_checkpoints=None,
-                held_out_env_load_fn=short_episodes)
+                held_out_env_load_fn=short_episodes,
+                num_held_out_eval_episodes=3)  # rounds of 2 environments
     args.update(kw)
     return tiny_config(**args)
 

@@ -84,9 +84,12 @@ class _Counted(gym.Env):
     def __init__(self, length, delay=0.0):
         self.length, self.delay = length, delay
         self.steps = self.resets = 0
+        self.seeds = []  # the seeds it was reset with
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
+        if seed is not None:
+            self.seeds.append(seed)
         self.t, self.resets = 0, self.resets + 1
         return np.full(1, self.np_random.uniform(-1, 1), np.float32), {}
 
@@ -167,6 +170,58 @@ def test_slow_groups_step_concurrently():
     evaluator.close()
 
 
+# ---- more episodes than environments: rounds ---------------------------
+
+
+def test_more_episodes_than_environments_play_in_rounds():
+    # 5 episodes in 2 environments: rounds of 2, 2 and 1, each episode
+    # started from its own seed, as 5 environments would start them.
+    groups = [_group([n]) for n in (2, 7)]
+    evaluator = Evaluator(groups, seed=3, num_episodes=5)
+    assert evaluator.num_episodes == 5
+    out = evaluator.evaluate(_FirstObservation())
+    assert out["average_episode_length"] == pytest.approx((2 + 7) * 2 / 5
+                                                          + 2 / 5)
+    assert out["success_rate"] == 1.0
+    first, second = (_sub_envs(g)[0] for g in groups)
+    assert first.seeds == [3, 5, 7] and second.seeds == [4, 6]
+    assert (first.steps, second.steps) == (6, 14)
+    wide = [_group([n]) for n in (2, 7, 2, 7, 2)]
+    assert Evaluator(wide, seed=3).evaluate(_FirstObservation()) == out
+    assert [_sub_envs(g)[0].seeds for g in wide] == [[3], [4], [5], [6],
+                                                     [7]]
+    evaluator.close()
+
+
+def test_a_batched_group_past_the_last_episode_is_not_counted():
+    # One group of 2 environments, 3 episodes: the second round's second
+    # episode is played (the group steps together) and left out.
+    group = _group([2, 8])
+    out = Evaluator(group, seed=0, num_episodes=3).evaluate(
+        _FirstObservation())
+    assert out["average_episode_length"] == pytest.approx((2 + 8 + 2) / 3)
+
+
+def test_together_rounds_of_one_evaluator_do_not_change_the_other():
+    def pair():
+        return (Evaluator([_group([n]) for n in (2, 5)], seed=3),
+                Evaluator([_group([n]) for n in (4, 1)], seed=11,
+                          num_episodes=5))
+
+    alone = [e.evaluate(_FirstObservation()) for e in pair()]
+    train, held_out = pair()
+    assert evaluate_together([train, held_out], _FirstObservation()) == alone
+    assert alone[1]["average_episode_length"] == pytest.approx(14 / 5)
+    assert [_sub_envs(g)[0].seeds for g in held_out._envs] == [[11, 13, 15],
+                                                              [12, 14]]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_evaluator_refuses_a_bad_episode_count(bad):
+    with pytest.raises(ValueError, match="num_episodes"):
+        Evaluator([_group([2])], num_episodes=bad)
+
+
 class _Config:
     env_name, async_env, seed, eval_deterministic = "X", False, 0, True
     num_eval_episodes = 4
@@ -203,6 +258,20 @@ def test_make_evaluator_loads_one_environment_each():
     assert calls == [1, 1, 1, 1] and evaluator.num_episodes == 4
     assert evaluator.evaluate(_FirstObservation())[
         "average_episode_length"] == 3
+    evaluator.close()
+
+
+@pytest.mark.parametrize("episodes, loads", [(6, 4), (2, 2), (None, 4)])
+def test_make_evaluator_loads_at_most_num_eval_episodes(episodes, loads):
+    calls = []
+
+    def load_fn(env_name, num_envs, seed, asynchronous):
+        calls.append(num_envs)
+        return _group([3] * num_envs)
+
+    evaluator = make_evaluator(_Config(), load_fn, episodes)
+    assert len(calls) == loads
+    assert evaluator.num_episodes == (episodes or 4)
     evaluator.close()
 
 

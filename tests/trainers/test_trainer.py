@@ -15,7 +15,9 @@ from alf.algorithms import PPOAlgorithm
 from alf.algorithms.ppg_algorithm import PPGAlgorithm
 from alf.trainers import Trainer, TrainerConfig, TrainingInterrupted
 from alf.trainers.checkpointer import Checkpointer
+from alf.trainers import seeds
 from alf.trainers.collector import AsyncCollector
+from alf.trainers.evaluator import read_eval_csv
 from alf.utils.errors import AlfError, TrainingError
 
 SPI = 32  # env steps per iteration: 2 envs x 16 steps
@@ -166,6 +168,41 @@ def _short_episodes(env_name, **kw):
     return suite_gym.load(env_name, max_episode_steps=20, **kw)
 
 
+class _SeedLog(gym.Wrapper):
+    """Notes every seed its environment is reset with."""
+
+    seeds: list = []
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            _SeedLog.seeds.append(seed)
+        return self.env.reset(seed=seed, options=options)
+
+
+def _logged_short_episodes(env_name, **kw):
+    return _short_episodes(env_name, wrappers=(_SeedLog, ), **kw)
+
+
+def test_held_out_episodes_beyond_the_environments_play_in_rounds(tmp_path):
+    # 5 held-out episodes with num_eval_episodes=2: two environments, and
+    # each evaluation resets them with 5 consecutive seeds.
+    _SeedLog.seeds.clear()
+    cfg = tiny_config(eval_interval=2, held_out_env_load_fn=(
+        _logged_short_episodes), num_held_out_eval_episodes=5)
+    trainer = Trainer(str(tmp_path), config=cfg)
+    trainer.train()
+    assert trainer._held_out is not None
+    assert trainer._held_out.num_episodes == 5
+    assert len(trainer._held_out._envs) == 2
+    first = seeds.eval_seed(cfg.seed)
+    # Two evaluations (at 2 and 4 iterations), each from the same seeds.
+    assert sorted(_SeedLog.seeds) == sorted(list(range(first, first + 5))
+                                            * 2)
+    held_out = read_eval_csv(os.path.join(str(tmp_path),
+                                          "eval_held_out.csv"))
+    assert held_out["env_steps"] == [2 * SPI, 4 * SPI]
+
+
 def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
     root = str(tmp_path)
     cfg = tiny_config(eval_interval=1, checkpoint_interval=2,
@@ -174,7 +211,6 @@ def test_resume_from_older_checkpoint_keeps_eval_log_monotone(tmp_path):
     os.remove(os.path.join(root, "ckpt", f"ckpt-{4 * SPI}.pt"))
     Trainer(root, config=cfg).train()  # from iteration 2
     steps = [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
-    from alf.trainers.evaluator import read_eval_csv
     with open(os.path.join(root, "eval.csv")) as f:
         assert [int(line.split(",")[0]) for line in f.readlines()[1:]] == \
             steps

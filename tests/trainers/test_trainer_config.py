@@ -212,3 +212,15 @@ def test_a_saved_config_with_a_former_spelling_builds_the_same_run(
     parse_config([], [saved])
     assert TrainerConfig() == first
     assert (first.minibatch_size, first.num_epochs) == (64, 3)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "20"])
+def test_a_held_out_episode_count_that_is_not_positive_is_refused(bad):
+    with pytest.raises(ConfigError, match=re.escape(
+            f"TrainerConfig.num_held_out_eval_episodes={bad!r}; it must be "
+            f"a positive integer or None")):
+        TrainerConfig(algorithm_ctor=PPOAlgorithm,
+                      num_held_out_eval_episodes=bad)
+    assert TrainerConfig(algorithm_ctor=PPOAlgorithm,
+                         num_held_out_eval_episodes=40
+                         ).num_held_out_eval_episodes == 40
