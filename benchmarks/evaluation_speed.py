@@ -15,10 +15,13 @@ time, the episode steps it played (the sum of the episode lengths) and
 those steps per second, and the run ends with the ratios.
 
     python benchmarks/evaluation_speed.py --root_dir RUN [--checkpoint latest]
-        [--rounds 2] [--gin_param ...]
+        [--rounds 2] [--ways batched,one each,together] [--gin_param ...]
 
 The run's own evaluation settings apply (``num_eval_episodes``,
-``eval_deterministic``, its evaluation seed).
+``num_held_out_eval_episodes``, ``eval_deterministic``, its evaluation
+seed); ``--gin_param TrainerConfig.num_held_out_eval_episodes=40`` times
+held-out evaluations played in rounds. ``--ways`` leaves some out (each
+way holds its own simulator processes).
 """
 import argparse
 import os
@@ -36,11 +39,12 @@ from alf.trainers.seeds import eval_seed
 from alf.trainers.trainer_config import TrainerConfig
 
 
-def _batched(cfg, load_fn) -> Evaluator:
+def _batched(cfg, load_fn, num_episodes) -> Evaluator:
     env = load_fn(cfg.env_name, num_envs=cfg.num_eval_episodes, seed=None,
                   asynchronous=cfg.async_env)
     return Evaluator(env, seed=eval_seed(cfg.seed),
-                     deterministic=cfg.eval_deterministic)
+                     deterministic=cfg.eval_deterministic,
+                     num_episodes=num_episodes or cfg.num_eval_episodes)
 
 
 def _one_after_the_other(evaluators, algorithm):
@@ -52,27 +56,41 @@ def main():
     parser.add_argument("--root_dir", required=True)
     parser.add_argument("--checkpoint", default="latest")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ways", default="batched,one each,together",
+                        help="comma-separated: batched, one each, together")
     parser.add_argument("--gin_param", action="append", default=[])
     args = parser.parse_args()
     parse_run_config(os.path.join(args.root_dir, "config.gin"), args.gin_param)
     cfg = TrainerConfig()
     torch.set_num_threads(cfg.torch_num_threads)
-    load_fns = [cfg.env_load_fn] + ([cfg.held_out_env_load_fn]
-                                    if cfg.held_out_env_load_fn else [])
-    batched = [_batched(cfg, fn) for fn in load_fns]
-    one_each = [make_evaluator(cfg, fn) for fn in load_fns]
-    ways = {"batched": (batched, _one_after_the_other),
-            "one each": (one_each, _one_after_the_other),
-            "together": (one_each, evaluate_together)}
+    # (load function, episodes per evaluation) per set.
+    sets = [(cfg.env_load_fn, None)] + (
+        [(cfg.held_out_env_load_fn, cfg.num_held_out_eval_episodes)]
+        if cfg.held_out_env_load_fn else [])
+    chosen = [w.strip() for w in args.ways.split(",")]
+    unknown = set(chosen) - {"batched", "one each", "together"}
+    if unknown or not chosen:
+        raise SystemExit(f"--ways {args.ways!r}: valid are batched, "
+                         f"one each, together")
+    batched = ([_batched(cfg, fn, n) for fn, n in sets]
+               if "batched" in chosen else [])
+    one_each = ([make_evaluator(cfg, fn, n) for fn, n in sets]
+                if {"one each", "together"} & set(chosen) else [])
+    ways = {name: way for name, way in (
+        ("batched", (batched, _one_after_the_other)),
+        ("one each", (one_each, _one_after_the_other)),
+        ("together", (one_each, evaluate_together))) if name in chosen}
+    first = (batched or one_each)[0]
     algorithm = cfg.algorithm_ctor(
-        observation_space=one_each[0].observation_space,
-        action_space=one_each[0].action_space, config=cfg)
+        observation_space=first.observation_space,
+        action_space=first.action_space, config=cfg)
     path = checkpoint_path(args.root_dir, args.checkpoint)
     algorithm.load_state_dict(Checkpointer.load(path, CHECKPOINT_LAYOUT)[
         "algorithm"])
     algorithm.eval()
-    print(f"{path}: {len(load_fns)} set(s) of {cfg.num_eval_episodes} "
-          f"episodes, "
+    print(f"{path}: {len(sets)} set(s) of "
+          f"{' and '.join(str(e.num_episodes) for e in ways[chosen[0]][0])} "
+          f"episodes in {cfg.num_eval_episodes} environments each, "
           f"{'deterministic' if cfg.eval_deterministic else 'sampling'}")
     wall = {name: 0.0 for name in ways}
     steps = {name: 0.0 for name in ways}
@@ -94,10 +112,11 @@ def main():
         for evaluator in batched + one_each:
             evaluator.close()
     rate = {name: steps[name] / wall[name] for name in ways}
+    base = next(iter(ways))
     for name in ways:
         print(f"{name:9s}: {wall[name]:7.1f} s in all, "
               f"{rate[name]:6.1f} episode steps/s, "
-              f"{rate[name] / rate['batched']:.2f}x batched")
+              f"{rate[name] / rate[base]:.2f}x {base}")
 
 
 if __name__ == "__main__":
