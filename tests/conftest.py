@@ -1,5 +1,20 @@
-"""Shared pytest set-up: makes tests/ importable (for distributed_harness)."""
+"""Shared pytest set-up: makes tests/ importable (for distributed_harness);
+fixtures used across folders."""
 import os
 import sys
+import types
+
+import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def fast_processes(monkeypatch):
+    """Makes the collector's actors and inference workers fork from the
+    harness's preloaded forkserver instead of spawning (the CLI tests keep
+    the spawn path)."""
+    import alf.trainers.collector
+    from distributed_harness import fast_context
+    monkeypatch.setattr(alf.trainers.collector, "mp", types.SimpleNamespace(
+        get_context=lambda method: fast_context()))

@@ -27,7 +27,8 @@ from alf.utils.distributed import activate_ddp
 from alf.utils.errors import AlfError, TrainingError, one_line
 from distributed_harness import run_ranks, values
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.usefixtures("fast_processes")]
 
 SCRIPTED_ID = "AlfScriptedPace-v0"
 
