@@ -106,8 +106,11 @@ def test_ctrl_c_stops_every_process_saves_and_resumes(tmp_path):
     assert text.count("stopping after this iteration") == 1, text[-3000:]
     time.sleep(0.5)
     assert session_processes(proc.pid) == []  # no zombie or orphan
-    assert list((tmp_path / "ckpt").glob("ckpt-*.pt"))
-    params = [p.replace("=10000000", "=20000") for p in params]
+    saved = list((tmp_path / "ckpt").glob("ckpt-*.pt"))
+    assert saved
+    # Two more iterations of 64 steps than were saved.
+    last = max(int(p.stem.split("-")[1]) for p in saved)
+    params = [p.replace("=10000000", f"={last + 128}") for p in params]
     res = _run(_cmd(tmp_path, params))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from" in res.stderr

@@ -172,7 +172,7 @@ def test_a_stalled_rank_is_named_after_the_collective_timeout(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
-    steps = 12_800
+    steps = 5_120
     run, root = _start(tmp_path, steps, extra=MP + ["--max_restarts", "1"])
     _wait_for_checkpoint(root)
     os.kill(rank_pids(run.proc.pid)[1], signal.SIGKILL)
@@ -206,7 +206,7 @@ def _torchrun_workers(agent: int):
 
 @pytest.mark.timeout(240)
 def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
-    steps = 12_800
+    steps = 5_120
     root = tmp_path / "run"
     cmd = _torchrun_cmd(root, steps, extra=["--max-restarts", "1"])
     run, _ = _start(tmp_path, steps, cmd=cmd)

@@ -26,8 +26,9 @@ TINY = {
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("gin_file,mode,async_eval", [
-    ("ppg_metadrive.gin", None, False),  # the config's own (async) collection
-    # The evaluator process builds MetaDrive's subprocess environments.
+    # The config's own (asynchronous) collection; the evaluator process
+    # builds MetaDrive's subprocess environments. (The learner's own
+    # evaluation runs in the two below.)
     ("ppg_metadrive.gin", None, True),
     ("ppg_metadrive_bev.gin", None, False),  # top-down rendering in actors
     ("ppg_metadrive_bev.gin", '"sync"', False),  # the synchronous path too
