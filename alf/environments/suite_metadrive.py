@@ -81,13 +81,18 @@ _INFO_KEYS = tuple(EPISODE_INFO.values()) + ("env_seed", )
 
 # configuration -> (observation_space, action_space, assets_present)
 _DESCRIPTIONS: Dict[str, Tuple] = {}
+# Settings that pick scenarios and end episodes but shape no observation:
+# environments differing only in these (training, evaluation and held-out
+# ones) share one description, so one throwaway process (~10 s of CPU: it
+# imports MetaDrive and builds an engine) describes them all.
+_SCENARIO_ONLY = ("num_scenarios", "start_seed", "traffic_density",
+                  "horizon", "map", "force_destroy", "log_level")
 _warned_assets = False
 
 
 def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
     """`MetaDriveEnvFn.describe` in a throwaway spawned process, cached."""
-    key = repr((env_fn.env_class, env_fn.config,
-                env_fn.observe_previous_action))
+    key = _description_key(env_fn)
     if key not in _DESCRIPTIONS:
         with concurrent.futures.ProcessPoolExecutor(
                 1, mp_context=mp.get_context("spawn"),
@@ -100,6 +105,13 @@ def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
                 raise AlfError(f"cannot build MetaDrive environment "
                                f"{env_fn.env_class}: {one_line(e)}") from e
     return _DESCRIPTIONS[key]
+
+
+def _description_key(env_fn: MetaDriveEnvFn) -> str:
+    config = {k: v for k, v in env_fn.config.items()
+              if k not in _SCENARIO_ONLY}
+    return repr((env_fn.env_class, sorted(config.items()),
+                 env_fn.observe_previous_action))
 
 
 def _rank() -> int:

@@ -322,8 +322,8 @@ def test_analysis_uses_side_names(tmp_path, monkeypatch):
 
 
 # ---- end to end ----------------------------------------------------------------
-SHORT = ["TrainerConfig.num_env_steps=2048", "TrainerConfig.eval_interval=2",
-         "TrainerConfig.num_eval_episodes=2"]  # 8 iterations of 8 x 32 steps
+SHORT = ["TrainerConfig.num_env_steps=1024", "TrainerConfig.eval_interval=1",
+         "TrainerConfig.num_eval_episodes=2"]  # 4 iterations of 8 x 32 steps
 
 
 def _run_tool(root, params=SHORT, extra=("--num_processes", "2")):
@@ -346,8 +346,8 @@ def test_end_to_end_short_cart_pole(tmp_path):
         rows = list(csv.DictReader(f))
     steps = {m: [int(r["env_steps"]) for r in rows if r["mode"] == m]
              for m in ("single", "ddp2")}
-    assert steps == {"single": [512, 1024, 1536, 2048],
-                     "ddp2": [512, 1024, 1536, 2048]}
+    assert steps == {"single": [256, 512, 768, 1024],
+                     "ddp2": [256, 512, 768, 1024]}
     with open(tmp_path / "compare.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     verdict = [x for x in res.stdout.splitlines() if x.startswith("verdict:")]

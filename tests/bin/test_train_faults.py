@@ -83,6 +83,8 @@ def test_preemption_signal_checkpoints_and_exits_conventionally(tmp_path,
     _assert_nothing_left(run, tmp_path)
     ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
     assert ckpts
+    if sig != signal.SIGTERM:
+        return  # the checkpoint is the same whichever signal asked for it
     resumed = Run(_cmd(root, LONG + ["TrainerConfig.num_env_steps=2560"]),
                   env=_env(tmp_path), cwd=REPO)
     assert resumed.finish(timeout=120) == 0, resumed.out[-3000:]

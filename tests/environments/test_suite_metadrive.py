@@ -269,6 +269,29 @@ def test_previous_action_left_out_of_the_state_observation():
         assert torch.equal(full[keep], omitted)
 
 
+def test_one_description_serves_every_scenario_range():
+    """Training, evaluation and held-out environments differ only in what
+    picks scenarios and ends episodes: one throwaway process describes
+    them all. What shapes an observation keeps its own description."""
+    from alf.environments.metadrive_env_fn import MetaDriveEnvFn
+    state, _ = suite_metadrive.OBSERVATIONS["state"]
+    topdown, _ = suite_metadrive.OBSERVATIONS["topdown"]
+
+    def key(env_class=state, observe_previous_action=True, **config):
+        return suite_metadrive._description_key(MetaDriveEnvFn(
+            env_class, dict(CONFIG, **config),
+            observe_previous_action=observe_previous_action))
+
+    training = key(start_seed=1000, num_scenarios=10, force_destroy=False)
+    assert key(start_seed=0, num_scenarios=200, force_destroy=True,
+               traffic_density=0.3, horizon=1000, map=4) == training
+    assert key(observe_previous_action=False) != training
+    assert key(env_class=topdown, resolution_size=48) != training
+    assert key(env_class=topdown, resolution_size=48) != key(
+        env_class=topdown, resolution_size=84)
+    assert key(vehicle_config={"lidar": {"num_lasers": 72}}) != training
+
+
 def test_bad_arguments():
     with pytest.raises(AlfError, match="unknown MetaDrive environment"):
         suite_metadrive.load(env_name="CARLA")

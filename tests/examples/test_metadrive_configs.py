@@ -25,21 +25,19 @@ TINY = {
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("gin_file,mode,async_eval", [
+@pytest.mark.parametrize("gin_file,async_eval", [
     # The config's own (asynchronous) collection; the evaluator process
     # builds MetaDrive's subprocess environments. (The learner's own
-    # evaluation runs in the two below.)
-    ("ppg_metadrive.gin", None, True),
-    ("ppg_metadrive_bev.gin", None, False),  # top-down rendering in actors
-    ("ppg_metadrive_bev.gin", '"sync"', False),  # the synchronous path too
+    # evaluation runs in the one below.)
+    ("ppg_metadrive.gin", True),
+    # Top-down rendering in actors. (In subprocess environments, as the
+    # synchronous path has them: test_suite_metadrive's top-down test.)
+    ("ppg_metadrive_bev.gin", False),
 ])
-def test_config_trains_a_few_iterations(gin_file, mode, async_eval,
-                                        tmp_path):
+def test_config_trains_a_few_iterations(gin_file, async_eval, tmp_path):
     cmd = [sys.executable, "-m", "alf.bin.train", "--gin_file", gin_file,
            "--root_dir", str(tmp_path)]
     params = dict(TINY)
-    if mode:
-        params["TrainerConfig.unroll_mode"] = mode
     if async_eval:
         params["TrainerConfig.async_eval"] = "True"
     for name, value in params.items():
