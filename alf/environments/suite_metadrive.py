@@ -82,9 +82,12 @@ _INFO_KEYS = tuple(EPISODE_INFO.values()) + ("env_seed", )
 # configuration -> (observation_space, action_space, assets_present)
 _DESCRIPTIONS: Dict[str, Tuple] = {}
 # Settings that pick scenarios and end episodes but shape no observation:
-# environments differing only in these (training, evaluation and held-out
-# ones) share one description, so one throwaway process (~10 s of CPU: it
-# imports MetaDrive and builds an engine) describes them all.
+# environments differing only in their values (training, evaluation and
+# held-out ones) share one description, so one throwaway process (~10 s of
+# CPU: it imports MetaDrive and builds an engine) describes them all. Their
+# types stay in the key: MetaDrive checks types when it builds the
+# environment, and a mistyped value must still meet that check there, as
+# a one-line error, rather than in a worker.
 _SCENARIO_ONLY = ("num_scenarios", "start_seed", "traffic_density",
                   "horizon", "map", "force_destroy", "log_level")
 _warned_assets = False
@@ -108,8 +111,8 @@ def _describe(env_fn: MetaDriveEnvFn) -> Tuple:
 
 
 def _description_key(env_fn: MetaDriveEnvFn) -> str:
-    config = {k: v for k, v in env_fn.config.items()
-              if k not in _SCENARIO_ONLY}
+    config = {k: type(v).__name__ if k in _SCENARIO_ONLY else v
+              for k, v in env_fn.config.items()}
     return repr((env_fn.env_class, sorted(config.items()),
                  env_fn.observe_previous_action))
 

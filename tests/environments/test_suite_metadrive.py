@@ -282,7 +282,8 @@ def test_one_description_serves_every_scenario_range():
             env_class, dict(CONFIG, **config),
             observe_previous_action=observe_previous_action))
 
-    training = key(start_seed=1000, num_scenarios=10, force_destroy=False)
+    training = key(start_seed=1000, num_scenarios=10, force_destroy=False,
+                   map=3)
     assert key(start_seed=0, num_scenarios=200, force_destroy=True,
                traffic_density=0.3, horizon=1000, map=4) == training
     assert key(observe_previous_action=False) != training
@@ -290,6 +291,8 @@ def test_one_description_serves_every_scenario_range():
     assert key(env_class=topdown, resolution_size=48) != key(
         env_class=topdown, resolution_size=84)
     assert key(vehicle_config={"lidar": {"num_lasers": 72}}) != training
+    # A mistyped value is described anew (MetaDrive names it, one line).
+    assert key(start_seed="1000") != training
 
 
 def test_bad_arguments():
