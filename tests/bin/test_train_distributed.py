@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.evaluator import read_eval_csv
 from cli_harness import session_processes
 
@@ -106,11 +107,11 @@ def test_ctrl_c_stops_every_process_saves_and_resumes(tmp_path):
     assert text.count("stopping after this iteration") == 1, text[-3000:]
     time.sleep(0.5)
     assert session_processes(proc.pid) == []  # no zombie or orphan
-    saved = list((tmp_path / "ckpt").glob("ckpt-*.pt"))
+    saved = Checkpointer(str(tmp_path / "ckpt")).saved()
     assert saved
     # Two more iterations of 64 steps than were saved.
-    last = max(int(p.stem.split("-")[1]) for p in saved)
-    params = [p.replace("=10000000", f"={last + 128}") for p in params]
+    params = [p.replace("=10000000", f"={max(saved) + 128}")
+              for p in params]
     res = _run(_cmd(tmp_path, params))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from" in res.stderr
