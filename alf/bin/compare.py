@@ -13,12 +13,12 @@ Any two settings: gin bindings and a process count for each side, e.g.
         --b_param 'TrainerConfig.unroll_mode="async"' \
         [--a_name sync --b_name async] [--a_processes N] [--b_processes N]
 
-Trains (or reuses) DIR/<A>/seed{s} and DIR/<B>/seed{s} with alf.bin.train,
-where <A> and <B> are the sides' names (by default single and ddp{N}, or a and
-b when --a_param or --b_param is given), then writes DIR/compare.csv and
-DIR/compare.png and prints a verdict with side A as the reference. Exit codes:
-0 the sides agree, 3 they do not, 1 an error (a failed run is named with its
-log, DIR/<side>/seed{s}.log), 130 interrupted.
+Trains (or reuses, when finished) DIR/<A>/seed{s} and DIR/<B>/seed{s} with
+alf.bin.train, where <A> and <B> are the sides' names (by default single and
+ddp{N}, or a and b when --a_param or --b_param is given), then writes
+DIR/compare.csv and DIR/compare.png and prints a verdict with side A as the
+reference. Exit codes: 0 the sides agree, 3 they do not, 1 an error (a failed
+run is named with its log, DIR/<side>/seed{s}.log), 130 interrupted.
 """
 import dataclasses
 import json
@@ -158,22 +158,38 @@ def make_sides(a_params: Sequence[str] = (), b_params: Sequence[str] = (),
 
 
 def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
-                sides: Sequence[Side]) -> None:
+                sides: Sequence[Side]) -> Dict[str, int]:
     """Parses each side's config and checks that its sizes divide among its
     processes, before anything runs: otherwise a side that cannot start
     fails only after every run before it has trained.
+
+    Returns:
+        Side name -> the env steps its runs train for.
 
     Raises:
         AlfError: naming the side and the problem.
     """
     from alf.trainers import TrainerConfig, parse_config
+    steps = {}
     for side in sides:
         try:
             parse_config(gin_files, [*gin_params, *side.params])
-            TrainerConfig().per_rank(side.processes)
+            config = TrainerConfig()
+            config.per_rank(side.processes)
         except AlfError as e:
             raise AlfError(f"side {side.name} ({side.describe()}): "
                            f"{one_line(e)}") from e
+        steps[side.name] = config.num_env_steps
+    return steps
+
+
+def finished(run_dir: str, num_env_steps: int) -> bool:
+    """Whether the run in ``run_dir`` has a checkpoint at or past
+    ``num_env_steps``: what alf.bin.train would resume only to say that the
+    run already finished (its evaluations are all in eval.csv by then)."""
+    from alf.trainers.checkpointer import Checkpointer  # imports torch
+    saved = Checkpointer(os.path.join(run_dir, "ckpt")).saved()
+    return bool(saved) and max(saved) >= num_env_steps
 
 
 def claim_folder(root: str, side: Side) -> None:
@@ -222,16 +238,22 @@ def _start(cmd: List[str], log_path: str) -> subprocess.Popen:
 
 
 def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
-            on_start: Callable[[Run], None] = lambda run: None) -> None:
+            on_start: Callable[[Run], None] = lambda run: None,
+            done: Callable[[Run], bool] = lambda run: False) -> None:
     """Runs the commands, ``parallel`` at a time, logging to
     ``root/<side>/seed<s>.log``; ``on_start(run)`` is called before a run
-    starts.
+    starts. Runs for which ``done(run)`` holds are reused, not started.
 
     Raises:
         AlfError: naming the first run that failed and its log (runs still
             going get SIGINT: train.py saves a checkpoint and stops).
     """
-    pending = list(jobs)
+    pending = []
+    for name, seed in jobs:
+        if done((name, seed)):
+            print(f"{name}/seed{seed}: reused", flush=True)
+        else:
+            pending.append((name, seed))
     # Popen -> (run, log, offset, start)
     running: Dict[subprocess.Popen, Tuple[Run, str, int, float]] = {}
     try:
@@ -254,9 +276,8 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
                     why = f": {said[-1]}" if said else ""
                     raise AlfError(f"run {name}/seed{seed} failed (exit code "
                                    f"{proc.returncode}){why}; log: {log}")
-                what = ("reused" if any("already finished" in x for x in out)
-                        else f"trained in {time.time() - start:.0f} s")
-                print(f"{name}/seed{seed}: {what}", flush=True)
+                print(f"{name}/seed{seed}: trained in "
+                      f"{time.time() - start:.0f} s", flush=True)
     finally:  # after a failure or Ctrl-C; train.py's launcher escalates
         for proc in running:
             proc.send_signal(signal.SIGINT)
@@ -452,7 +473,7 @@ def main(argv: List[str]) -> int:
             FLAGS.a_param or (), FLAGS.b_param or (), FLAGS.a_name,
             FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
             FLAGS.num_processes if FLAGS["num_processes"].present else None)
-        check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides)
+        steps = check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides)
         root = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
         jobs = train_commands(root, FLAGS.gin_file, FLAGS.gin_param or [],
                               sides, FLAGS.seeds)
@@ -467,7 +488,10 @@ def main(argv: List[str]) -> int:
                 claim_folder(root, side)
         # A side's folder appears with its first run (none after a failure).
         run_all(jobs, root, parallel,
-                on_start=lambda run: claim_folder(root, named[run[0]]))
+                on_start=lambda run: claim_folder(root, named[run[0]]),
+                done=lambda run: finished(
+                    os.path.join(root, run[0], f"seed{run[1]}"),
+                    steps[run[0]]))
         from alf.trainers.evaluator import read_eval_csv  # imports torch
         # Side A first: its runs make the grid and lead the table.
         runs = sorted(jobs, key=lambda r: (r[0] != a.name, r[1]))

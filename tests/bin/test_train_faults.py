@@ -159,17 +159,17 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path):
 @pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_after_the_collective_timeout(tmp_path):
     run, root = _start(tmp_path, ENDLESS,
-                       params=["collective_timeout.seconds=10"])
+                       params=["collective_timeout.seconds=5"])
     start = time.time()
     os.kill(rank_pids(run.proc.pid)[1], signal.SIGSTOP)
     assert run.finish(timeout=90) == 1, run.out[-3000:]
     assert time.time() - start < 60
     assert "rank 1 stopped answering" in run.out, run.out[-3000:]
-    assert "SIGSTOP" in run.out and "after 10 s" in run.out
+    assert "SIGSTOP" in run.out and "after 5 s" in run.out
     assert "Traceback" not in run.out
     _assert_nothing_left(run, tmp_path)
     with open(root / "config.gin") as f:  # the setting took effect
-        assert "collective_timeout.seconds = 10" in f.read()
+        assert "collective_timeout.seconds = 5" in f.read()
 
 
 @pytest.mark.timeout(240)
@@ -223,7 +223,7 @@ def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
 @pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_under_torchrun(tmp_path):
     cmd = _torchrun_cmd(tmp_path / "run", ENDLESS,
-                        ["collective_timeout.seconds=10"])
+                        ["collective_timeout.seconds=5"])
     run, _ = _start(tmp_path, 0, cmd=cmd)
     stalled = _torchrun_workers(run.proc.pid)[-1]
     os.kill(stalled, signal.SIGSTOP)
