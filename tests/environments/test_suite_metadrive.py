@@ -80,45 +80,33 @@ def env2():
     _close_and_check_reaped(env)
 
 
-def test_one_env_smoke():
-    env = suite_metadrive.load(num_envs=1, seed=3, **CONFIG)
-    try:
-        assert env.num_envs == 1
-        assert env.observation_space.shape == (OBS_SIZE, )
-        assert env.observation_space.dtype == np.float32
-        assert env.action_space.shape == (2, )
-        assert env.episode_info == tuple(suite_metadrive.EPISODE_INFO)
-        ts = env.reset()
-        assert ts.observation.shape == (1, OBS_SIZE)
-        assert ts.observation.dtype == torch.float32
-        g = torch.Generator().manual_seed(0)
-        for _ in range(20):
-            ts = env.step(_random_actions(1, g))
-            assert ts.observation.shape == (1, OBS_SIZE)
-            assert ts.observation.dtype == torch.float32
-            assert ((ts.observation >= 0) & (ts.observation <= 1)).all()
-            assert ts.reward.shape == (1, ) and ts.reward.dtype == torch.float32
-            assert torch.isfinite(ts.reward).all()
-            assert ts.terminated.dtype == torch.bool
-        assert all(_sigint_ignored(p.pid) for p in env._env.processes)
-    finally:
-        _close_and_check_reaped(env)
-
-
-def test_two_envs_smoke(env2):
+def test_smoke(env2):
+    """Spaces, observations and rewards through two worker processes (one
+    environment is what the MetaDrive config test trains with)."""
+    assert env2.num_envs == 2
+    assert env2.observation_space.shape == (OBS_SIZE, )
+    assert env2.observation_space.dtype == np.float32
+    assert env2.action_space.shape == (2, )
+    assert env2.episode_info == tuple(suite_metadrive.EPISODE_INFO)
     ts = env2.reset(seed=11)
     assert ts.observation.shape == (2, OBS_SIZE)
+    assert ts.observation.dtype == torch.float32
     g = torch.Generator().manual_seed(1)
     rewards = []
     for _ in range(20):
         ts = env2.step(_random_actions(2, g))
         assert ts.observation.shape == (2, OBS_SIZE)
         assert ts.observation.dtype == torch.float32
+        assert ((ts.observation >= 0) & (ts.observation <= 1)).all()
+        assert ts.reward.shape == (2, ) and ts.reward.dtype == torch.float32
+        assert ts.terminated.dtype == torch.bool
         rewards.append(ts.reward)
     rewards = torch.stack(rewards)
     assert torch.isfinite(rewards).all()
     # A random car moves a little: some reward, far below 1 per step.
     assert rewards.abs().sum() > 0 and rewards.abs().max() < 1
+    # Ctrl-C reaches the process that owns the workers, not the workers.
+    assert all(_sigint_ignored(p.pid) for p in env2._env.processes)
 
 
 def test_a_scenario_replays_exactly_after_other_episodes():
@@ -245,23 +233,38 @@ def test_topdown_observation():
         _close_and_check_reaped(env)
 
 
-def test_previous_action_left_out_of_the_state_observation():
-    """The same seed and actions give the full observation less its two
-    previous-action floats; with it, they are the last action, scaled to
-    [0, 1]."""
-    actions = torch.tensor([[0.5, 0.3], [-0.8, 1.0], [0.2, -0.6]])
-    observations = {}
+def _observe_with_and_without_previous_action(actions):
+    """Both loads, in one process that holds its engines itself (as an
+    actor does): one MetaDrive import, no throwaway description."""
+    from alf.environments import env_fn
+    env_fn.set_environment_process()
+    shapes, observations = {}, {}
     for observe in (True, False):
         env = suite_metadrive.load(num_envs=1, seed=0,
                                    observe_previous_action=observe, **CONFIG)
         try:
-            assert env.observation_space.shape == (OBS_SIZE - 2 *
-                                                   (not observe), )
+            shapes[observe] = env.observation_space.shape
             env.reset(seed=7)
             observations[observe] = [env.step(a[None]).observation[0]
                                      for a in actions]
         finally:
-            _close_and_check_reaped(env)
+            env.close()
+    return shapes, observations
+
+
+def test_previous_action_left_out_of_the_state_observation():
+    """The same seed and actions give the full observation less its two
+    previous-action floats; with it, they are the last action, scaled to
+    [0, 1]."""
+    import concurrent.futures
+    import multiprocessing
+    actions = torch.tensor([[0.5, 0.3], [-0.8, 1.0], [0.2, -0.6]])
+    with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        shapes, observations = pool.submit(
+            _observe_with_and_without_previous_action, actions).result(
+                timeout=100)
+    assert shapes == {True: (OBS_SIZE, ), False: (OBS_SIZE - 2, )}
     keep = [i for i in range(OBS_SIZE) if i not in (5, 6)]
     for a, full, omitted in zip(actions, observations[True],
                                 observations[False]):
