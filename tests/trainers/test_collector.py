@@ -92,12 +92,14 @@ UNEVEN_ID = "AlfUnevenBusyStep-v0"
 
 
 class UnevenBusyStep(BusyStep):
-    """`BusyStep` whose odd-tagged environments also sleep 5 ms a step (no
-    CPU): an actor several times slower than its siblings."""
+    """`BusyStep` whose odd-tagged environments also sleep 15 ms a step (no
+    CPU): an actor several times slower than its siblings, even where the
+    machine is so busy that the others' 2 ms of CPU take 10 ms of wall
+    (5 ms made it only 1.5x the slowest there)."""
 
     def step(self, action):
         if self._tag % 2:
-            time.sleep(5e-3)
+            time.sleep(15e-3)
         return super().step(action)
 
 
@@ -259,9 +261,9 @@ def test_segments_are_exact_pieces_of_each_trajectory_fast_ones_doing_more():
             truncated=torch.where(ends, script, column.truncated)), tag)
         ended += [episode_length(tag, ep) for (_, ep, st), end in
                   zip(obs.tolist(), last.tolist()) if end]
-    # Tag 101 (odd) steps 5 ms slower: the others fill more segments
-    # (with its own columns each would fill 24; 2.2x as many measured on
-    # an idle machine, 1.4x beside a training run).
+    # Tag 101 (odd) steps 15 ms slower: the others fill more segments
+    # (with its own columns each would fill 24; 1.5x and 2.4x as many in
+    # two runs beside a training run, where 5 ms gave 1.4x).
     assert min(len(pieces[100]), len(pieces[102])) > 1.2 * len(pieces[101])
     # Every episode once, whole (reward 1 a step: return = length).
     assert sorted(length for _, length in episodes.recent) == sorted(ended)
@@ -286,8 +288,8 @@ def test_the_actors_report_their_cpu_per_step_and_their_spread():
     # The environments' CPU is read on one step in CPU_SAMPLE_EVERY and
     # scaled to the unroll: with a step that costs a known CPU time the
     # report must give it (an unscaled sample would read 1/8 of it).
-    # Actor 1 (env 101) also sleeps 5 ms a step, which costs no CPU but
-    # makes it the slowest by far: about 7.5 ms a step against 2.75-3.
+    # Actor 1 (env 101) also sleeps 15 ms a step, which costs no CPU but
+    # makes it the slowest by far: about 17.5 ms a step against 2.75-3.
     cfg = _config(env_name=UNEVEN_ID, unroll_length=40, minibatch_size=120,
                   max_policy_lag=1)
     collector, _ = _started(cfg)
