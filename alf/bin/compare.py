@@ -267,10 +267,10 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
                 (name, seed), log, offset, start = running.pop(proc)
-                with open(log, errors="replace") as f:
-                    f.seek(offset)  # this run's output only
-                    out = f.read().splitlines()
                 if proc.returncode != 0:
+                    with open(log, errors="replace") as f:
+                        f.seek(offset)  # this run's output only
+                        out = f.read().splitlines()
                     # Quote train.py's one-line error, not trailing noise.
                     said = [x for x in out if x.startswith("alf.bin.train:")]
                     why = f": {said[-1]}" if said else ""
