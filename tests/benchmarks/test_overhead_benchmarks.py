@@ -34,7 +34,11 @@ def test_actor_overhead_prints_the_overhead_and_the_floor():
     overhead = _number(r"actor overhead\s+([\d.]+)", out)
     assert overhead == pytest.approx(loop - own, abs=2e-4) and overhead > 0
     floor = _number(r"policy forward alone\s+([\d.]+)", out)
-    assert 0 < floor and f"{overhead / floor:.1f}x the floor" in out
+    assert floor > 0
+    # The printed ratio comes from unrounded times; the printed times are
+    # rounded to 0.1 us, so recomputing it from them moves the last digit.
+    ratio = _number(r"overhead is ([\d.]+)x the floor", out)
+    assert ratio == pytest.approx(overhead / floor, rel=0.02, abs=0.06)
 
 
 @pytest.mark.timeout(180)
