@@ -19,6 +19,12 @@ ddp{N}, or a and b when --a_param or --b_param is given), then writes
 DIR/compare.csv and DIR/compare.png and prints a verdict with side A as the
 reference. Exit codes: 0 the sides agree, 3 they do not, 1 an error (a failed
 run is named with its log, DIR/<side>/seed{s}.log), 130 interrupted.
+
+The sides are compared on ``average_return`` in each run's eval.csv unless
+``--metric`` names another of its columns (MetaDrive's ``route_completion``,
+``success_rate``...; then ``--tol_abs`` in that metric's units is
+required); ``--held_out`` compares the held-out evaluations
+(eval_held_out.csv) instead.
 """
 import dataclasses
 import json
@@ -37,6 +43,10 @@ import numpy as np
 from absl import app, flags
 
 from alf.utils.errors import AlfError, one_line
+
+# The evaluation files' names, as alf.trainers.evaluator writes them
+# (importing it would import torch before the flags are read).
+EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 
 def define_flags() -> None:
     """The CLI's flags: defined when run as a program, not on import, so
@@ -67,13 +77,20 @@ def define_flags() -> None:
     flags.DEFINE_integer("seeds", 3, "Seeds 0..seeds-1 per side.", lower_bound=1)
     flags.DEFINE_bool("parallel", False, "Run 2 trainings at a time.")
     flags.DEFINE_float("tol_rel", 0.1, "Tolerance, relative to side A's mean.")
-    flags.DEFINE_float("tol_abs", 25.0, "Tolerance, absolute (in return "
-                       "units).")
+    flags.DEFINE_float("tol_abs", None, "Tolerance, absolute, in the "
+                       "metric's units. Default: 25 for average_return; "
+                       "required for any other --metric.")
+    flags.DEFINE_string("metric", DEFAULT_METRIC, "The eval.csv column the "
+                        "sides are compared on, e.g. route_completion.")
+    flags.DEFINE_bool("held_out", False, "Compare the held-out evaluations "
+                      "(eval_held_out.csv, TrainerConfig.held_out_env_load_fn)"
+                      " instead of eval.csv.")
 
 
 FLAGS = flags.FLAGS
 
 EXIT_AGREE, EXIT_ERROR, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 3, 130
+DEFAULT_METRIC, DEFAULT_TOL_ABS = "average_return", 25.0
 Run = Tuple[str, int]  # (side name, seed)
 # Env steps and returns: lists, or arrays as `align` makes them.
 _Ints = Union[Sequence[int], np.ndarray]
@@ -285,28 +302,36 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
             proc.wait()
 
 
-def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None
+def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None,
+          metric: str = DEFAULT_METRIC, csv_name: str = "eval.csv"
           ) -> Tuple[np.ndarray, Dict[Run, np.ndarray]]:
-    """Puts every run's ``average_return`` on one env-step grid: the union
-    of the ``reference`` runs' evaluation steps that all runs cover (no
+    """Puts every run's ``metric`` on one env-step grid: the union of the
+    ``reference`` runs' evaluation steps that all runs cover (no
     extrapolation), each run linearly interpolated onto it.
 
     Args:
         curves: (side, seed) -> eval.csv columns, as `read_eval_csv` returns.
         reference: the side whose evaluation steps make the grid; by
             default the first run's.
+        metric: the column to align.
+        csv_name: the file the curves came from, for the errors.
 
     Returns:
-        The grid (int env steps) and (side, seed) -> returns on the grid.
+        The grid (int env steps) and (side, seed) -> values on the grid.
 
     Raises:
-        AlfError: if a run has no evaluation or no step is covered by all.
+        AlfError: if a run has no evaluation or no ``metric`` column, or
+            no step is covered by all.
     """
     if reference is None:
         reference = next(iter(curves))[0]
     for (name, seed), c in curves.items():
         if not c.get("env_steps"):
-            raise AlfError(f"run {name}/seed{seed} has no row in eval.csv")
+            raise AlfError(f"run {name}/seed{seed} has no row in {csv_name}")
+        if metric not in c:
+            valid = sorted(set(c) - {"env_steps"})
+            raise AlfError(f"--metric {metric!r} is not a column of "
+                           f"{name}/seed{seed}/{csv_name}; valid: {valid}")
     lo = max(c["env_steps"][0] for c in curves.values())
     hi = min(c["env_steps"][-1] for c in curves.values())
     grid = np.array(sorted({s for (m, _), c in curves.items()
@@ -316,7 +341,7 @@ def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None
         raise AlfError(f"no {reference} evaluation step is covered by all "
                        f"runs (the latest first evaluation is at {lo:g} env "
                        f"steps, the earliest last one at {hi:g})")
-    return grid, {run: np.interp(grid, c["env_steps"], c["average_return"])
+    return grid, {run: np.interp(grid, c["env_steps"], c[metric])
                   for run, c in curves.items()}
 
 
@@ -331,7 +356,7 @@ def normalized_auc(steps: _Floats, values: _Floats) -> float:
     return float(area / (steps[-1] - steps[0]))
 
 
-def final_return(values: _Floats, last: int = 3) -> float:
+def final_value(values: _Floats, last: int = 3) -> float:
     """Mean of the last ``last`` values (one evaluation is noisy)."""
     return float(np.mean(np.asarray(values, float)[-last:]))
 
@@ -353,7 +378,8 @@ def welch_pvalue(a: Sequence[float], b: Sequence[float]
 
 def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
             tol_abs: float, alpha: float = 0.05,
-            pvalue: Callable = welch_pvalue) -> Tuple[bool, List[str]]:
+            pvalue: Callable = welch_pvalue,
+            label: str = "return") -> Tuple[bool, List[str]]:
     """Decides whether two sides trained equally well (both criteria shown).
 
     Welch's t-test on the per-seed values decides when it can be computed
@@ -367,6 +393,7 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
             reference (side A) first.
         tol_rel, tol_abs, alpha: the bounds and the test's level.
         pvalue: the test, ``(a, b) -> (p or None, why not)``.
+        label: what the values are, for the report ("final <label>").
 
     Returns:
         Whether they agree, and the report's lines (the last one names the
@@ -374,11 +401,15 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
     """
     (ref, a), (other, b) = stats.items()
     w = max(8, 2 + max(len(name) for name in stats))  # the table's 1st column
-    lines = [f"{'mode':<{w}}{'seed':>5}{'final return':>14}{'norm. AUC':>11}"]
-    lines += [f"{m:<{w}}{s:>5}{v['final']:>14.2f}{v['auc']:>11.2f}"
+    final = f"final {label}"
+    fw = max(14, len(final) + 2)
+    # Returns read well with 2 decimals; rates and fractions need 3.
+    d = 2 if label == "return" else 3
+    lines = [f"{'mode':<{w}}{'seed':>5}{final:>{fw}}{'norm. AUC':>11}"]
+    lines += [f"{m:<{w}}{s:>5}{v['final']:>{fw}.{d}f}{v['auc']:>11.{d}f}"
               for m, per_seed in stats.items() for s, v in per_seed.items()]
     tol_ok, t_ok, why_not = True, True, set()
-    for key, name in (("final", "final return"), ("auc", "normalized AUC")):
+    for key, name in (("final", final), ("auc", "normalized AUC")):
         xa, xb = [v[key] for v in a.values()], [v[key] for v in b.values()]
         ma, mb = float(np.mean(xa)), float(np.mean(xb))
         bound = max(tol_abs, tol_rel * abs(ma))
@@ -387,15 +418,16 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
         tol_ok, t_ok = tol_ok and within, t_ok and (p is None or p >= alpha)
         why_not |= {why} - {""}
         test = f"Welch p = {p:.3f}" if p is not None else f"no t-test ({why})"
-        lines.append(f"{name}: mean {ref} {ma:.2f}, mean {other} {mb:.2f}, "
-                     f"difference {mb - ma:+.2f} (tolerance {bound:.2f}: "
+        lines.append(f"{name}: mean {ref} {ma:.{d}f}, mean {other} "
+                     f"{mb:.{d}f}, difference {mb - ma:+.{d}f} (tolerance "
+                     f"{bound:.{d}f}: "
                      f"{'within' if within else 'EXCEEDED'}); {test}")
     criterion = "tolerance" if why_not else "Welch's t-test"
     agree = tol_ok if why_not else t_ok
     rule = (f"agree when |difference| <= max({tol_abs:g}, {tol_rel:g} x "
             f"|mean {ref}|) for both metrics (t-test not used: "
             f"{'; '.join(sorted(why_not))})" if why_not else
-            f"agree unless p < {alpha:g} for final return or normalized AUC")
+            f"agree unless p < {alpha:g} for {final} or normalized AUC")
     lines += [f"criterion: {criterion}: {rule}",
               f"verdict: {ref} and {other} {'AGREE' if agree else 'DISAGREE'}"
               f" (decided by the {criterion} criterion)"]
@@ -403,19 +435,20 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
 
 
 def write_compare_csv(path: str, grid: _Ints,
-                      values: Mapping[Run, _Floats]) -> None:
-    """Writes ``env_steps,mode,seed,average_return``: one row per run per
-    grid step (long format; ``mode`` is the side's name), runs in the order
-    of ``values``."""
+                      values: Mapping[Run, _Floats],
+                      metric: str = DEFAULT_METRIC) -> None:
+    """Writes ``env_steps,mode,seed,<metric>``: one row per run per grid
+    step (long format; ``mode`` is the side's name), runs in the order of
+    ``values``."""
     with open(path, "w") as f:
-        f.write("env_steps,mode,seed,average_return\n")
+        f.write(f"env_steps,mode,seed,{metric}\n")
         for (name, seed), vals in values.items():
             f.writelines(f"{int(s)},{name},{seed},{float(v):.6g}\n"
                          for s, v in zip(grid, vals))
 
 
 def plot(path: str, grid: _Ints, values: Dict[Run, np.ndarray],
-         title: str) -> None:
+         title: str, metric: str = DEFAULT_METRIC) -> None:
     """Saves each side's mean curve and min-max band over seeds, labelled
     with the side's name."""
     import matplotlib
@@ -426,10 +459,39 @@ def plot(path: str, grid: _Ints, values: Dict[Run, np.ndarray],
         ys = np.stack([v for (m, _), v in values.items() if m == name])
         ax.plot(grid, ys.mean(0), label=f"{name}: mean, min-max of {len(ys)}")
         ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25)
-    ax.set(xlabel="env steps", ylabel="average return", title=title)
+    ax.set(xlabel="env steps", ylabel=metric.replace("_", " "), title=title)
     ax.legend()
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
+
+
+def tolerance(metric: str, tol_abs: Optional[float]) -> float:
+    """``--tol_abs``, or its default for the return; one in the units of
+    any other metric must be given (25 return units would pass anything
+    on a rate)."""
+    if tol_abs is not None:
+        return tol_abs
+    if metric == DEFAULT_METRIC:
+        return DEFAULT_TOL_ABS
+    raise AlfError(f"--metric {metric} needs --tol_abs in its own units "
+                   f"(e.g. 0.05 for a rate); the default "
+                   f"{DEFAULT_TOL_ABS:g} is for {DEFAULT_METRIC}")
+
+
+def read_curves(run_dir: str, csv_name: str) -> Dict[str, list]:
+    """A run's evaluation columns from ``run_dir/csv_name``.
+
+    Raises:
+        AlfError: if the run wrote no such file (a held-out comparison of
+            runs that had no held-out environments).
+    """
+    from alf.trainers.evaluator import read_eval_csv  # imports torch
+    path = os.path.join(run_dir, csv_name)
+    if not os.path.isfile(path):
+        hint = (" (the run had no TrainerConfig.held_out_env_load_fn)"
+                if csv_name == HELD_OUT_CSV else "")
+        raise AlfError(f"{path} does not exist{hint}")
+    return read_eval_csv(path)
 
 
 def _gin_params(params: Sequence[str]) -> List[str]:
@@ -469,6 +531,9 @@ def main(argv: List[str]) -> int:
     try:
         if not FLAGS.root_dir or not FLAGS.gin_file:
             raise AlfError("--root_dir and --gin_file are required")
+        metric = FLAGS.metric
+        tol_abs = tolerance(metric, FLAGS.tol_abs)
+        csv_name = HELD_OUT_CSV if FLAGS.held_out else EVAL_CSV
         a, b = sides = make_sides(
             FLAGS.a_param or (), FLAGS.b_param or (), FLAGS.a_name,
             FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
@@ -492,16 +557,19 @@ def main(argv: List[str]) -> int:
                 done=lambda run: finished(
                     os.path.join(root, run[0], f"seed{run[1]}"),
                     steps[run[0]]))
-        from alf.trainers.evaluator import read_eval_csv  # imports torch
         # Side A first: its runs make the grid and lead the table.
         runs = sorted(jobs, key=lambda r: (r[0] != a.name, r[1]))
-        grid, values = align({(m, s): read_eval_csv(os.path.join(
-            root, m, f"seed{s}", "eval.csv")) for m, s in runs},
-            reference=a.name)
+        grid, values = align(
+            {(m, s): read_curves(os.path.join(root, m, f"seed{s}"), csv_name)
+             for m, s in runs}, reference=a.name, metric=metric,
+            csv_name=csv_name)
         config = "+".join(os.path.basename(g) for g in FLAGS.gin_file)
         title = f"{config}, {a.name} vs {b.name}, {FLAGS.seeds} seed(s)"
-        write_compare_csv(os.path.join(root, "compare.csv"), grid, values)
-        plot(os.path.join(root, "compare.png"), grid, values, title)
+        if FLAGS.held_out:
+            title += ", held out"
+        write_compare_csv(os.path.join(root, "compare.csv"), grid, values,
+                          metric)
+        plot(os.path.join(root, "compare.png"), grid, values, title, metric)
     except KeyboardInterrupt:
         print("alf.bin.compare: interrupted; rerun to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -510,9 +578,10 @@ def main(argv: List[str]) -> int:
         return EXIT_ERROR
     stats: Dict[str, Dict[int, Dict[str, float]]] = {}
     for (name, seed), v in values.items():
-        stats.setdefault(name, {})[seed] = {"final": final_return(v),
+        stats.setdefault(name, {})[seed] = {"final": final_value(v),
                                             "auc": normalized_auc(grid, v)}
-    agree, lines = verdict(stats, FLAGS.tol_rel, FLAGS.tol_abs)
+    label = "return" if metric == DEFAULT_METRIC else metric
+    agree, lines = verdict(stats, FLAGS.tol_rel, tol_abs, label=label)
     print(f"{title}: {len(grid)} evaluation steps, {grid[0]} to {grid[-1]} "
           f"env steps; wrote {root}/compare.csv and compare.png", *lines,
           sep="\n", flush=True)

@@ -66,6 +66,49 @@ def test_align_errors_name_the_problem():
 
 
 # ---- figures -----------------------------------------------------------------
+def test_align_reads_the_chosen_metric_and_names_the_valid_ones():
+    curves = {("a", 0): {"env_steps": [1, 2], "average_return": [5.0, 6.0],
+                         "route_completion": [0.25, 0.5]},
+              ("b", 0): {"env_steps": [1, 2], "average_return": [7.0, 8.0],
+                         "route_completion": [0.5, 1.0]}}
+    grid, values = compare.align(curves, metric="route_completion")
+    assert grid.tolist() == [1, 2]
+    assert values[("b", 0)].tolist() == [0.5, 1.0]
+    with pytest.raises(AlfError, match=r"--metric 'success_rate' is not a "
+                       r"column of a/seed0/eval_held_out.csv; valid: "
+                       r"\['average_return', 'route_completion'\]"):
+        compare.align(curves, metric="success_rate",
+                      csv_name="eval_held_out.csv")
+
+
+def test_tolerance_defaults_only_for_the_return():
+    assert compare.tolerance("average_return", None) == 25.0
+    assert compare.tolerance("route_completion", 0.05) == 0.05
+    with pytest.raises(AlfError, match="--metric success_rate needs "
+                       "--tol_abs"):
+        compare.tolerance("success_rate", None)
+
+
+def test_file_names_are_the_evaluators():
+    from alf.trainers import evaluator
+    assert (compare.EVAL_CSV, compare.HELD_OUT_CSV) == (
+        evaluator.EVAL_CSV, evaluator.HELD_OUT_CSV)
+
+
+def test_verdict_names_the_metric():
+    stats = {"a": {0: {"final": 0.812, "auc": 0.5}},
+             "b": {0: {"final": 0.75, "auc": 0.5}}}
+    agree, lines = compare.verdict(stats, 0.0, 0.05, pvalue=_no_ttest,
+                                   label="route_completion")
+    assert not agree
+    assert lines[0].split() == ["mode", "seed", "final", "route_completion",
+                                "norm.", "AUC"]
+    assert lines[1].split() == ["a", "0", "0.812", "0.500"]
+    assert lines[3].startswith("final route_completion: mean a 0.812, mean "
+                               "b 0.750, difference -0.062 (tolerance 0.050: "
+                               "EXCEEDED)"), lines[3]
+
+
 def test_normalized_auc_by_hand():
     # Triangle 0..10 (area 50) then a 20-step plateau at 10 (area 200).
     assert compare.normalized_auc([0, 10, 30], [0, 10, 10]) == \
@@ -74,9 +117,9 @@ def test_normalized_auc_by_hand():
     assert compare.normalized_auc([512], [20.0]) == 20.0
 
 
-def test_final_return_averages_last_three():
-    assert compare.final_return([1, 2, 3, 4, 5]) == pytest.approx(4)
-    assert compare.final_return([7.0]) == 7.0
+def test_final_value_averages_last_three():
+    assert compare.final_value([1, 2, 3, 4, 5]) == pytest.approx(4)
+    assert compare.final_value([7.0]) == 7.0
 
 
 # ---- verdict -----------------------------------------------------------------
@@ -388,6 +431,26 @@ def test_end_to_end_short_cart_pole(tmp_path):
     assert again.stdout.count(": reused") == 2, again.stdout
     report = res.stdout.split("compare.png\n", 1)[1]  # table and verdict
     assert again.stdout.endswith(report) and "mode" in report
+    # Another column of the same finished runs: nothing trains again.
+    lengths = _run_tool(tmp_path, extra=(
+        "--num_processes", "2", "--metric", "average_episode_length",
+        "--tol_abs", "1000"))
+    assert lengths.returncode == 0, lengths.stdout + lengths.stderr
+    assert lengths.stdout.count(": reused") == 2, lengths.stdout
+    assert "final average_episode_length: mean single " in lengths.stdout
+    with open(tmp_path / "compare.csv", newline="") as f:
+        header = f.readline().strip()
+    assert header == "env_steps,mode,seed,average_episode_length"
+    for extra, message in (
+            (("--metric", "nope", "--tol_abs", "1"), "--metric 'nope' is not "
+             "a column of single/seed0/eval.csv; valid: ['average_episode_"
+             "length', 'average_return']"),
+            (("--held_out",), f"{tmp_path / 'single' / 'seed0'}/eval_held_"
+             "out.csv does not exist (the run had no TrainerConfig.held_out_"
+             "env_load_fn)")):
+        bad = _run_tool(tmp_path, extra=("--num_processes", "2", *extra))
+        assert bad.returncode == 1, bad.stdout + bad.stderr
+        assert bad.stderr == f"alf.bin.compare: error: {message}\n"
 
 
 @pytest.mark.timeout(120)
@@ -474,6 +537,9 @@ def test_sizes_that_do_not_divide_are_refused_before_any_run(tmp_path, extra,
     (["--a_param", "X.y=1", "--b_name", "runs/b"], "--b_name 'runs/b' "),
     (["--a_param", "X.y=1", "--num_processes", "3"],
      "--num_processes sets side B "),
+    (["--metric", "route_completion"], "--metric route_completion needs "
+     "--tol_abs in its own units (e.g. 0.05 for a rate); the default 25 is "
+     "for average_return"),
 ])
 def test_bad_sides_are_one_line_errors(tmp_path, args, message):
     res = _run_tool(tmp_path / "r", extra=args)
