@@ -24,7 +24,8 @@ The sides are compared on ``average_return`` in each run's eval.csv unless
 ``--metric`` names another of its columns (MetaDrive's ``route_completion``,
 ``success_rate``...; then ``--tol_abs`` in that metric's units is
 required); ``--held_out`` compares the held-out evaluations
-(eval_held_out.csv) instead.
+(eval_held_out.csv) instead. Those results go to
+DIR/compare-<metric>[-held_out].csv and .png.
 """
 import dataclasses
 import json
@@ -478,6 +479,18 @@ def tolerance(metric: str, tol_abs: Optional[float]) -> float:
                    f"{DEFAULT_TOL_ABS:g} is for {DEFAULT_METRIC}")
 
 
+def output_name(metric: str, held_out: bool) -> str:
+    """The results' file name without extension: ``compare`` for the
+    return on eval.csv, else with the metric and ``held_out`` appended, so
+    that judging the same runs another way keeps the earlier results."""
+    parts = ["compare"]
+    if metric != DEFAULT_METRIC:
+        parts.append(metric)
+    if held_out:
+        parts.append("held_out")
+    return "-".join(parts)
+
+
 def read_curves(run_dir: str, csv_name: str) -> Dict[str, list]:
     """A run's evaluation columns from ``run_dir/csv_name``.
 
@@ -567,9 +580,10 @@ def main(argv: List[str]) -> int:
         title = f"{config}, {a.name} vs {b.name}, {FLAGS.seeds} seed(s)"
         if FLAGS.held_out:
             title += ", held out"
-        write_compare_csv(os.path.join(root, "compare.csv"), grid, values,
+        out = output_name(metric, FLAGS.held_out)
+        write_compare_csv(os.path.join(root, out + ".csv"), grid, values,
                           metric)
-        plot(os.path.join(root, "compare.png"), grid, values, title, metric)
+        plot(os.path.join(root, out + ".png"), grid, values, title, metric)
     except KeyboardInterrupt:
         print("alf.bin.compare: interrupted; rerun to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -583,7 +597,7 @@ def main(argv: List[str]) -> int:
     label = "return" if metric == DEFAULT_METRIC else metric
     agree, lines = verdict(stats, FLAGS.tol_rel, tol_abs, label=label)
     print(f"{title}: {len(grid)} evaluation steps, {grid[0]} to {grid[-1]} "
-          f"env steps; wrote {root}/compare.csv and compare.png", *lines,
+          f"env steps; wrote {root}/{out}.csv and {out}.png", *lines,
           sep="\n", flush=True)
     return EXIT_AGREE if agree else EXIT_DISAGREE
 

@@ -89,6 +89,14 @@ def test_tolerance_defaults_only_for_the_return():
         compare.tolerance("success_rate", None)
 
 
+def test_output_names_keep_each_judgement():
+    assert compare.output_name("average_return", False) == "compare"
+    assert compare.output_name("average_return", True) == \
+        "compare-held_out"
+    assert compare.output_name("route_completion", True) == \
+        "compare-route_completion-held_out"
+
+
 def test_file_names_are_the_evaluators():
     from alf.trainers import evaluator
     assert (compare.EVAL_CSV, compare.HELD_OUT_CSV) == (
@@ -438,9 +446,14 @@ def test_end_to_end_short_cart_pole(tmp_path):
     assert lengths.returncode == 0, lengths.stdout + lengths.stderr
     assert lengths.stdout.count(": reused") == 2, lengths.stdout
     assert "final average_episode_length: mean single " in lengths.stdout
-    with open(tmp_path / "compare.csv", newline="") as f:
+    out = tmp_path / "compare-average_episode_length"
+    assert f"wrote {out}.csv and compare-average_episode_length.png" in \
+        lengths.stdout
+    with open(f"{out}.csv", newline="") as f:
         header = f.readline().strip()
     assert header == "env_steps,mode,seed,average_episode_length"
+    with open(tmp_path / "compare.csv", newline="") as f:  # still the return's
+        assert f.readline().strip() == "env_steps,mode,seed,average_return"
     for extra, message in (
             (("--metric", "nope", "--tol_abs", "1"), "--metric 'nope' is not "
              "a column of single/seed0/eval.csv; valid: ['average_episode_"
