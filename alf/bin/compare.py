@@ -49,6 +49,7 @@ from alf.utils.errors import AlfError, one_line
 # (importing it would import torch before the flags are read).
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 
+
 def define_flags() -> None:
     """The CLI's flags: defined when run as a program, not on import, so
     that scripts (benchmarks/runs.py) can import this module beside
@@ -304,7 +305,7 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
 
 
 def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None,
-          metric: str = DEFAULT_METRIC, csv_name: str = "eval.csv"
+          metric: str = DEFAULT_METRIC, csv_name: str = EVAL_CSV
           ) -> Tuple[np.ndarray, Dict[Run, np.ndarray]]:
     """Puts every run's ``metric`` on one env-step grid: the union of the
     ``reference`` runs' evaluation steps that all runs cover (no
