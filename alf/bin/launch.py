@@ -201,7 +201,10 @@ class _Round:
                 return f"rank {rank} failed:\n{text.rstrip()}", True
             return f"rank {rank} {process.describe_exit(text)}", True
         secondary = [m for m in self.messages if m[2] == "secondary"]
-        if not secondary:
+        if not secondary or self.signal is not None:
+            # Under a stop the lost peers are its consequence: a rank
+            # stopped before training had a checkpoint to save leaves the
+            # others inside a collective.
             return None
         silent = [r for r in self.alive_at_failure if r not in reported]
         if silent:

@@ -28,11 +28,16 @@ def peer_failure_reason(error: BaseException) -> str:
     for phrase in _PEER_FAILURE:
         i = lower.find(phrase)
         if i >= 0:
-            end = min((j for j in (text.find(".", i), text.find("\n", i),
+            # A sentence ends at a full stop before a space or the end,
+            # not at the dots of an address ("peer [127.0.0.1]:29500").
+            end = min((j for j in (text.find(". ", i), text.find("\n", i),
                                    len(text)) if j >= 0))
-            start = max(text.rfind("] ", 0, i) + 2, text.rfind(": ", 0, i) + 2,
-                        0)
-            return text[start:end].strip()[:160]
+            # After the last "] " or ": " before it (gloo's file and line,
+            # torch's prefix), if any.
+            start = max([j + 2 for j in (text.rfind("] ", 0, i),
+                                         text.rfind(": ", 0, i)) if j >= 0],
+                        default=0)
+            return text[start:end].strip().rstrip(".")[:160]
     return text.strip().splitlines()[0][:160] if text.strip() else \
         type(error).__name__
 

@@ -1,0 +1,81 @@
+"""The launcher's reports: a peer failure's gist, and a stop that leaves a
+rank inside a collective (a consequence, not a failure)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from alf.bin import launch
+from alf.utils.distributed import peer_failure_reason
+from alf.utils.process import EXIT_ERROR
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_a_peer_failure_keeps_the_peers_address():
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534]"
+                        " Connection closed by peer [127.0.0.1]:29500")
+    assert peer_failure_reason(gloo) == \
+        "Connection closed by peer [127.0.0.1]:29500"
+    said = RuntimeError("Connection reset by peer. This may indicate a "
+                        "possible application crash on rank 0.")
+    assert peer_failure_reason(said) == "Connection reset by peer"
+
+
+class _Ended:
+    exitcode, pid = EXIT_ERROR, None
+
+    def is_alive(self):
+        return False
+
+
+def _round(signum):
+    rnd = launch._Round([_Ended(), _Ended()])
+    rnd.signal = signum
+    rnd.messages = [(1.0, 1, "secondary", "Connection closed by peer")]
+    rnd.alive_at_failure = []
+    return rnd
+
+
+def test_lost_peers_are_a_failure_unless_a_stop_explains_them():
+    assert _round(None).cause("10 s") == (
+        "rank 1 lost its peers: Connection closed by peer", True)
+    assert _round(signal.SIGTERM).cause("10 s") is None
+    # A crash is still the cause, stop or not.
+    rnd = _round(signal.SIGTERM)
+    rnd.messages.append((0.5, 0, "crash", "Traceback ...\nValueError: x"))
+    assert rnd.cause("10 s") == ("rank 0 failed:\nTraceback ...\n"
+                                 "ValueError: x", True)
+
+
+@pytest.mark.timeout(90)
+def test_a_stop_while_a_rank_waits_in_a_collective_is_a_clean_stop(
+        tmp_path):
+    ready = tmp_path / "ready"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO, *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "stop_in_collective.py"),
+         str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env)
+    try:
+        deadline = time.time() + 60
+        while not ready.exists() and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        assert ready.exists(), "rank 0 never started"
+        time.sleep(1.0)  # rank 1 is in its barrier by now
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert out.strip() == f"exit {128 + signal.SIGTERM}", out + err
+    assert "lost its peers" not in err, err
