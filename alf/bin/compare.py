@@ -25,7 +25,7 @@ The sides are compared on ``average_return`` in each run's eval.csv unless
 ``success_rate``...; then ``--tol_abs`` in that metric's units is
 required); ``--held_out`` compares the held-out evaluations
 (eval_held_out.csv) instead. Those results go to
-DIR/compare-<metric>[-held_out].csv and .png.
+DIR/compare[-<metric>][-held_out].csv and .png.
 """
 import dataclasses
 import json
