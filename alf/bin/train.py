@@ -90,6 +90,7 @@ def _train_under_torchrun(root_dir: str) -> int:
     import torch
 
     from alf.trainers import TrainingInterrupted
+    from alf.trainers.stop_requests import received_stop
     from alf.utils import distributed
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -103,6 +104,17 @@ def _train_under_torchrun(root_dir: str) -> int:
             except Exception as e:  # noqa: BLE001 - torchrun has the code
                 if not distributed.is_peer_failure(e):
                     raise
+                stopped = received_stop()
+                if stopped:
+                    # The stop's consequence, not a failure: a peer still
+                    # starting up (no handlers yet) ended on the signal at
+                    # once and left this rank inside a collective.
+                    logging.warning(
+                        "%s: rank %d stopped; a peer ended first, before "
+                        "this iteration could end, so the last checkpoint "
+                        "stays: run the same command to resume",
+                        process.signal_name(stopped), rank)
+                    return process.exit_code_for(stopped)
                 # A consequence: name the cause while the heartbeats of
                 # the group can still be read.
                 print(f"alf.bin.train: rank {rank} lost its peers: "

@@ -8,6 +8,17 @@ from absl import logging
 
 from alf.utils import distributed, process
 
+# The first stop signal this process's handlers received (0: none). Kept
+# apart from any `StopRequests`: a rank that loses its peers during a stop
+# reads it after the trainer that held the requests is gone.
+_received = 0
+
+
+def received_stop() -> int:
+    """The first stop signal that `install_handlers`' handlers received in
+    this process, or 0."""
+    return _received
+
 
 class StopRequests:
     """What the signals asked of training: stop (Ctrl-C, SIGTERM, SIGHUP)
@@ -72,6 +83,8 @@ def install_handlers(requests: StopRequests, world_size: int,
     force_on_repeat = world_size == 1
 
     def stop(signum, frame):
+        global _received
+        _received = _received or int(signum)
         if requests.signal:
             if force_on_repeat and signum == signal.SIGINT:
                 raise KeyboardInterrupt

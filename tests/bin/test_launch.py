@@ -1,5 +1,6 @@
 """The launcher's reports: a peer failure's gist, and a stop that leaves a
-rank inside a collective (a consequence, not a failure)."""
+rank inside a collective (a consequence, not a failure), under the
+launcher and under torchrun."""
 import os
 import signal
 import subprocess
@@ -52,18 +53,21 @@ def test_lost_peers_are_a_failure_unless_a_stop_explains_them():
                                  "ValueError: x", True)
 
 
-@pytest.mark.timeout(90)
-def test_a_stop_while_a_rank_waits_in_a_collective_is_a_clean_stop(
-        tmp_path):
+def _stop_while_a_rank_waits(tmp_path, torchrun: bool):
+    """Runs stop_in_collective.py, sends SIGTERM once rank 1 waits in its
+    collective; returns (the ready file, stdout, stderr)."""
     ready = tmp_path / "ready"
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = os.pathsep.join(
         [REPO, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "stop_in_collective.py"),
-         str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env)
+    script = os.path.join(HERE, "stop_in_collective.py")
+    cmd = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", "--monitor-interval", "0.2", script,
+            "--torchrun", str(ready)] if torchrun
+           else [sys.executable, script, str(ready)])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.time() + 60
         while not ready.exists() and time.time() < deadline:
@@ -77,5 +81,22 @@ def test_a_stop_while_a_rank_waits_in_a_collective_is_a_clean_stop(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    return ready, out, err
+
+
+@pytest.mark.timeout(90)
+def test_a_stop_while_a_rank_waits_in_a_collective_is_a_clean_stop(
+        tmp_path):
+    _, out, err = _stop_while_a_rank_waits(tmp_path, torchrun=False)
     assert out.strip() == f"exit {128 + signal.SIGTERM}", out + err
     assert "lost its peers" not in err, err
+
+
+@pytest.mark.timeout(90)
+def test_the_same_stop_under_torchrun_is_a_clean_stop(tmp_path):
+    ready, out, err = _stop_while_a_rank_waits(tmp_path, torchrun=True)
+    said = tmp_path / "ready.rank1"
+    assert said.exists(), out + err
+    assert said.read_text() == f"exit {128 + signal.SIGTERM}", out + err
+    assert "lost its peers" not in err, err
+    assert "SIGTERM: rank 1 stopped; a peer ended first" in err, err
