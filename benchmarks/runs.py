@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from alf.bin.compare import welch_pvalue
+from alf.bin.curves import welch_pvalue
 from alf.trainers.evaluator import read_eval_csv
 
 
