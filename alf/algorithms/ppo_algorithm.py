@@ -19,7 +19,7 @@ import torch
 from alf.algorithms.algorithm import check_learning_rate
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
-from alf.networks.actor import ActorDistributionNetwork
+from alf.networks.actor import ActorDistributionNetwork, per_dimension
 from alf.networks.value import ValueNetwork
 from alf.replay_buffers import minibatch_indices
 from alf.utils import distributed
@@ -87,20 +87,25 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
 
 def _beta_actors(actor, schedule) -> List[ActorDistributionNetwork]:
     """The Beta policies of ``actor`` whose concentrations ``schedule``
-    (PPO's ``beta_concentration_schedule``) scales; refuses a schedule
-    they cannot honour."""
+    (PPO's ``beta_concentration_schedule``) scales, each with a scale per
+    dimension if the schedule's ``final`` has one; refuses a schedule they
+    cannot honour."""
     if schedule is None:
         return []
+    final = schedule[-1] if isinstance(schedule, (tuple, list)) else None
+    finals = final if isinstance(final, (tuple, list)) else (final, )
     if (not isinstance(schedule, (tuple, list))
             or len(schedule) not in (2, 3)
-            or not all(isinstance(x, (int, float)) for x in schedule)
+            or not all(isinstance(x, (int, float)) for x in schedule[:-1])
+            or not all(isinstance(x, (int, float)) and x > 0
+                       for x in finals)
             or not 0 <= schedule[0] < (schedule[1] if len(schedule) == 3
-                                       else 1) <= 1
-            or not schedule[-1] > 0):
+                                       else 1) <= 1):
         raise ConfigError(
             f"PPOAlgorithm.beta_concentration_schedule={schedule!r}; valid: "
             "(start, final) or (start, end, final), progresses 0 <= start "
-            "< end <= 1 and a scale final > 0")
+            "< end <= 1 and a scale final > 0 (or one per action "
+            "dimension)")
     found = [m for m in actor.modules()
              if isinstance(m, ActorDistributionNetwork) and m.beta]
     if not found:
@@ -108,6 +113,16 @@ def _beta_actors(actor, schedule) -> List[ActorDistributionNetwork]:
             f"PPOAlgorithm.beta_concentration_schedule={tuple(schedule)!r} "
             "needs a Beta policy (ActorDistributionNetwork.beta=True or "
             "DisjointPolicyValueNetwork.beta=True)")
+    for m in found:
+        dims = m.action_low.numel()
+        per_dim = per_dimension(schedule[-1], dims,
+                                "PPOAlgorithm.beta_concentration_schedule's "
+                                "final")
+        if per_dim.dim() and not m.concentration_scale.dim():
+            # A buffer that holds a scale per dimension from now on (and
+            # in the checkpoints).
+            m.concentration_scale = m.concentration_scale.expand(
+                dims).clone()
     return found
 
 
@@ -214,7 +229,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             (`ActorDistributionNetwork.beta_concentration_scale`, a buffer:
             in checkpoints and sent to the actors) stays at its configured
             value until progress ``start``, moves linearly to ``final`` at
-            progress ``end`` and stays there, set before each iteration's
+            progress ``end`` and stays there (``final``: a number, or one
+            per action dimension), set before each iteration's
             updates: the exploration noise narrows while the means, the
             deterministic action, keep learning to act with the noise that
             is left, and with ``end < 1`` they go on learning at the final
@@ -262,7 +278,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             # (start, final): the end of training is the schedule's end.
             start, final = beta_concentration_schedule
             self._beta_schedule = (start, 1.0, final)
-        self._beta_start_scale = [float(b.concentration_scale)
+        self._beta_start_scale = [b.concentration_scale.clone()
                                   for b in self._betas]
         self.add_optimizer(
             Adam(self.parameters(), lr=learning_rate, eps=adam_eps))
@@ -328,7 +344,9 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         start, end, final = self._beta_schedule
         t = min(max((progress - start) / (end - start), 0.0), 1.0)
         for actor, first in zip(self._betas, self._beta_start_scale):
-            actor.concentration_scale.fill_(first + (final - first) * t)
+            last = torch.as_tensor(final, dtype=first.dtype,
+                                   device=first.device)
+            actor.concentration_scale.copy_(first + (last - first) * t)
 
     def train_on_batch(self, batch: PPOBatch) -> Dict[str, torch.Tensor]:
         """The epochs of minibatch updates on this rank's ``batch``."""

@@ -1,7 +1,7 @@
 """Actor networks producing action distributions (categorical, Gaussian or
 Beta)."""
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import gin
 import gymnasium as gym
@@ -15,6 +15,26 @@ from alf.utils.errors import ConfigError
 
 # Where a state-dependent log std is clamped: std from 0.007 to 7.4.
 LOG_STD_RANGE = (-5.0, 2.0)
+
+#: A number for every action dimension, or one per dimension.
+PerDimension = Union[float, Sequence[float]]
+
+
+def per_dimension(value: PerDimension, dims: int, name: str) -> torch.Tensor:
+    """``value`` as a tensor: a scalar for a number, [dims] for a sequence.
+
+    Raises:
+        ConfigError: naming ``name``, for a sequence whose length is not
+            ``dims`` or an entry that is not a number.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(float(value))
+    if (not isinstance(value, (tuple, list)) or len(value) != dims
+            or not all(isinstance(v, (int, float))
+                       and not isinstance(v, bool) for v in value)):
+        raise ConfigError(f"{name}={value!r}; valid: a number, or one per "
+                          f"action dimension ({dims})")
+    return torch.tensor([float(v) for v in value])
 
 
 @gin.configurable
@@ -36,7 +56,9 @@ class ActorDistributionNetwork(nn.Module):
         action_space: a Discrete or Box space.
         hidden_sizes: widths of the hidden layers.
         activation: activation name (see `EncodingNetwork`).
-        init_log_std: initial log standard deviation (Box actions).
+        init_log_std: initial log standard deviation (Box actions): one
+            for every dimension, or a sequence with one per dimension (a
+            steering that needs less noise than a throttle).
         conv_layers: convolutions for image observations (see
             `EncodingNetwork`).
         squash: Box actions: a `TanhGaussian` onto the bounds instead of
@@ -55,8 +77,9 @@ class ActorDistributionNetwork(nn.Module):
             multiplied by this, which keeps each Beta's mean (the
             deterministic action) and divides its variance by about the
             scale: less exploration noise, trained with (PPO's ratio and
-            stored log-probabilities use the scaled Beta). Kept in the
-            buffer ``concentration_scale``, so a schedule's value
+            stored log-probabilities use the scaled Beta). A number for
+            every dimension or a sequence with one per dimension. Kept in
+            the buffer ``concentration_scale``, so a schedule's value
             (`PPOAlgorithm`'s ``beta_concentration_schedule``) reaches the
             actors and the checkpoints.
         gsde_interval: Box actions, Gaussian (squashed or not): generalised
@@ -86,16 +109,12 @@ class ActorDistributionNetwork(nn.Module):
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh", init_log_std: float = 0.0,
+                 activation: str = "tanh", init_log_std: PerDimension = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
                  state_dependent_std: bool = False, beta: bool = False,
-                 beta_concentration_scale: float = 1.0,
+                 beta_concentration_scale: PerDimension = 1.0,
                  gsde_interval: Optional[int] = None):
         super().__init__()
-        if not beta_concentration_scale > 0:
-            raise ConfigError(
-                f"ActorDistributionNetwork.beta_concentration_scale="
-                f"{beta_concentration_scale!r}; valid: a number > 0")
         if beta and (squash or state_dependent_std):
             raise ConfigError(
                 "ActorDistributionNetwork.beta=True is a distribution of its "
@@ -122,15 +141,24 @@ class ActorDistributionNetwork(nn.Module):
             out = int(action_space.n)
         elif isinstance(action_space, gym.spaces.Box):
             out = flat_size(action_space)
+            log_std0 = per_dimension(init_log_std, out,
+                                     "ActorDistributionNetwork.init_log_std")
+            scale = per_dimension(
+                beta_concentration_scale, out,
+                "ActorDistributionNetwork.beta_concentration_scale")
+            if not bool((scale > 0).all()):
+                raise ConfigError(
+                    f"ActorDistributionNetwork.beta_concentration_scale="
+                    f"{beta_concentration_scale!r}; valid: numbers > 0")
             if self.beta:
                 head_size = 2 * out  # alpha's and beta's
             elif gsde_interval is not None:
                 features = self.encoder.output_size
-                self.exploration_log_std = nn.Parameter(torch.full(
-                    (features, out),
-                    init_log_std - 0.5 * math.log(features)))
+                self.exploration_log_std = nn.Parameter(
+                    (log_std0 - 0.5 * math.log(features)).expand(
+                        features, out).clone())
             else:
-                self.log_std = nn.Parameter(torch.full((out,), init_log_std))
+                self.log_std = nn.Parameter(log_std0.expand(out).clone())
             if squash or beta:
                 low = torch.as_tensor(action_space.low, dtype=torch.float32)
                 high = torch.as_tensor(action_space.high, dtype=torch.float32)
@@ -144,8 +172,8 @@ class ActorDistributionNetwork(nn.Module):
                 self.register_buffer("action_low", low.flatten())
                 self.register_buffer("action_high", high.flatten())
             if self.beta:
-                self.register_buffer("concentration_scale", torch.tensor(
-                    float(beta_concentration_scale)))
+                # A number stays a scalar: checkpoints keep their shape.
+                self.register_buffer("concentration_scale", scale)
         else:
             raise ValueError(f"unsupported action space {action_space}; "
                              "valid: Discrete or Box")
@@ -182,9 +210,10 @@ class ActorDistributionNetwork(nn.Module):
         if self.discrete:
             return Categorical(out)
         if self.beta:
-            alpha, beta = ((1 + nn.functional.softplus(out)) *
-                           self.concentration_scale).chunk(2, -1)
-            return Beta(alpha, beta, self.action_low, self.action_high)
+            alpha, beta = (1 + nn.functional.softplus(out)).chunk(2, -1)
+            return Beta(alpha * self.concentration_scale,
+                        beta * self.concentration_scale, self.action_low,
+                        self.action_high)
         if self.gsde_interval is not None:
             return self._gsde_distribution(out, features.detach())
         log_std = self.log_std

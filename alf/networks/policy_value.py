@@ -11,7 +11,7 @@ import gin
 import torch
 from torch import nn
 
-from alf.networks.actor import ActorDistributionNetwork
+from alf.networks.actor import ActorDistributionNetwork, PerDimension
 from alf.networks.encoding import orthogonal_init
 
 
@@ -32,10 +32,10 @@ class DisjointPolicyValueNetwork(nn.Module):
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
-                 activation: str = "tanh", init_log_std: float = 0.0,
+                 activation: str = "tanh", init_log_std: PerDimension = 0.0,
                  conv_layers: Sequence = (), squash: bool = False,
                  state_dependent_std: bool = False, beta: bool = False,
-                 beta_concentration_scale: float = 1.0,
+                 beta_concentration_scale: PerDimension = 1.0,
                  gsde_interval: Optional[int] = None):
         super().__init__()
         self.actor = ActorDistributionNetwork(observation_space, action_space,

@@ -350,6 +350,33 @@ def test_a_beta_schedule_that_ends_early_holds_its_final_scale():
         assert float(alg.actor.concentration_scale) == pytest.approx(scale)
 
 
+def test_a_beta_schedule_can_narrow_one_action_dimension_only():
+    """A per-dimension ``final``: the steering narrows, the throttle keeps
+    its noise; the buffer keeps one scale per dimension from then on, in
+    what the actors load."""
+    import functools
+
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.utils.errors import ConfigError
+    beta = functools.partial(ActorDistributionNetwork, beta=True)
+    alg = _gaussian_ppo(actor_network_ctor=beta,
+                        beta_concentration_schedule=(0.0, 0.5, (5.0, 1.0)))
+    assert alg.actor.concentration_scale.tolist() == [1.0, 1.0]
+    exp = _box_unroll(margin=0.1)
+    for progress, scales in ((0.25, [3.0, 1.0]), (0.9, [5.0, 1.0])):
+        alg.train_on_unroll(exp, progress)
+        assert alg.actor.concentration_scale.tolist() == \
+            pytest.approx(scales)
+    actor_copy = _gaussian_ppo(actor_network_ctor=beta,
+                               beta_concentration_schedule=(0.0, (1.0, 1.0)))
+    actor_copy.load_acting_state(alg.acting_state())
+    assert actor_copy.actor.concentration_scale.tolist() == [5.0, 1.0]
+    for bad in ((0.5, (4.0, )), (0.5, (4.0, 0.0)), (0.5, (4.0, "x"))):
+        with pytest.raises(ConfigError, match="beta_concentration_schedule"):
+            _gaussian_ppo(actor_network_ctor=beta,
+                          beta_concentration_schedule=bad)
+
+
 def test_gsde_rollout_log_probs_are_the_acting_policys_and_training_moves_its_std():
     """With gSDE the stored log-probability is that of the per-state
     Gaussian the sample came from (what PPO's ratio divides by), and an

@@ -1,4 +1,6 @@
 """`alf.networks.distributions` against `torch.distributions`."""
+import math
+
 import pytest
 import torch
 from torch import distributions as td
@@ -421,6 +423,40 @@ def test_beta_concentration_scale_keeps_the_mean_and_narrows_the_noise():
     with pytest.raises(ConfigError, match="beta_concentration_scale=0"):
         ActorDistributionNetwork(obs_space, space, beta=True,
                                  beta_concentration_scale=0)
+
+
+def test_noise_can_be_set_per_action_dimension():
+    """A sequence gives each action dimension its own initial log std
+    (Gaussian, gSDE) or concentration scale (Beta); a wrong length is a
+    one-line error naming the setting."""
+    import gymnasium as gym
+
+    from alf.networks.actor import ActorDistributionNetwork
+    obs_space = gym.spaces.Box(-1, 1, (3, ))
+    space = gym.spaces.Box(-1.0, 1.0, (2, ))
+    obs = torch.randn(8, 3)
+    gauss = ActorDistributionNetwork(obs_space, space,
+                                     init_log_std=(-1.0, 0.5))
+    assert gauss.log_std.tolist() == [-1.0, 0.5]
+    gsde = ActorDistributionNetwork(obs_space, space, gsde_interval=2,
+                                    init_log_std=[-1.0, 0.5])
+    column = gsde.exploration_log_std[0] + 0.5 * math.log(64)
+    torch.testing.assert_close(column, torch.tensor([-1.0, 0.5]))
+    torch.manual_seed(0)
+    one = ActorDistributionNetwork(obs_space, space, beta=True)
+    torch.manual_seed(0)
+    two = ActorDistributionNetwork(obs_space, space, beta=True,
+                                   beta_concentration_scale=(4.0, 1.0))
+    wide, mixed = one(obs), two(obs)
+    torch.testing.assert_close(mixed.alpha[:, 0], 4 * wide.alpha[:, 0])
+    torch.testing.assert_close(mixed.beta[:, 1], wide.beta[:, 1])
+    torch.testing.assert_close(mixed.mode(), wide.mode())
+    for name, value in (("init_log_std", (0.0, 0.0, 0.0)),
+                        ("beta_concentration_scale", (1.0, )),
+                        ("beta_concentration_scale", (1.0, -1.0))):
+        kw = {name: value, "beta": name.startswith("beta")}
+        with pytest.raises(ConfigError, match=f"{name}="):
+            ActorDistributionNetwork(obs_space, space, **kw)
 
 
 def test_the_concentration_scale_is_in_checkpoints_and_old_ones_load():
