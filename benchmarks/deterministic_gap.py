@@ -35,7 +35,8 @@ def play_means(root_dir: str, checkpoint: str, episodes: int,
                sampling: bool, params: Sequence[str]) -> Dict[str, float]:
     """The mean row of one ``alf.bin.play``'s table."""
     cmd = [sys.executable, "-m", "alf.bin.play", "--root_dir", root_dir,
-           "--checkpoint", checkpoint, "--num_episodes", str(episodes)]
+           "--checkpoint", checkpoint, "--num_episodes", str(episodes),
+           "--seed", "0"]
     if sampling:
         cmd.append("--sampling")
     for p in params:

@@ -2,7 +2,7 @@ r"""Play a trained policy: a per-episode table, optionally a video.
 
     python -m alf.bin.play --root_dir DIR [--checkpoint latest|best|N] \
         [--num_episodes 3] [--sampling] [--record_file out.gif|out.mp4] \
-        [--gin_param ...] [--seed 0]
+        [--held_out] [--gin_param ...] [--seed S]
 
 Rebuilds the run from ``DIR/config.gin`` (or, for a checkpoint taken after
 the run was resumed with other bindings, the ``config-resumed-S.gin`` it
@@ -12,7 +12,13 @@ plays ``--num_episodes`` episodes in one environment in this process and
 prints each one's return, length and the environment's episode metrics
 (MetaDrive: success, route completion, ...), then their means. Episode
 ``e`` starts from seed ``--seed + e``, and so does the sampling policy's
-noise, so a replay is reproducible, episode by episode.
+noise, so a replay is reproducible, episode by episode. ``--seed``
+defaults to the run's evaluation seed, where the trainer's evaluations
+start their episode ``e`` with the same noise (`evaluator.act_per_episode`):
+the first ``num_eval_episodes`` episodes of a replay of checkpoint N are
+the evaluation at N, episode by episode, and their means its row of
+``eval.csv`` (``--held_out``: the held-out environments,
+``eval_held_out.csv``).
 
 ``--record_file`` writes one frame per step, the state the policy acted on
 (so an episode of length L gives L frames): gymnasium's ``rgb_array``
@@ -53,7 +59,11 @@ def define_flags() -> None:
     flags.DEFINE_string("record_file", None, "Write a video: .gif or .mp4.")
     flags.DEFINE_integer("fps", 30, "Frames per second of the video.",
                          lower_bound=1)
-    flags.DEFINE_integer("seed", 0, "Episode e starts from seed + e.")
+    flags.DEFINE_integer("seed", None, "Episode e starts from seed + e "
+                         "(default: the run's evaluation seed, so the "
+                         "episodes are its evaluations').")
+    flags.DEFINE_bool("held_out", False, "Play in the run's held-out "
+                      "environments (TrainerConfig.held_out_env_load_fn).")
     flags.DEFINE_multi_string("gin_param", None, "Gin bindings applied "
                               "after the run's config.gin.")
 
@@ -112,11 +122,14 @@ def run_config(root_dir: str, env_steps: int) -> str:
 
 def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
          sampling: bool = False, record_file: Optional[str] = None,
-         gin_params: Sequence[str] = (), seed: int = 0,
-         fps: int = 30,
-         act: Optional[Callable] = None) -> List[Dict[str, float]]:
+         gin_params: Sequence[str] = (), seed: Optional[int] = None,
+         fps: int = 30, act: Optional[Callable] = None,
+         held_out: bool = False) -> List[Dict[str, float]]:
     """Plays a run's checkpoint; returns one row per episode (``return``,
     ``length`` and the episode metrics) and writes ``record_file``.
+
+    ``seed`` None: the run's evaluation seed (`seeds.eval_seed`).
+    ``held_out``: the run's held-out environments.
 
     ``act`` (for scripts that probe a policy, e.g.
     ``benchmarks/action_probe.py``): ``act(algorithm, observation,
@@ -126,12 +139,14 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
 
     Raises:
         AlfError: one line, for a missing run, checkpoint or config, an
-            unwritable or unknown ``record_file``.
+            unwritable or unknown ``record_file``, ``held_out`` for a run
+            without held-out environments.
     """
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
     from alf.trainers.checkpointer import Checkpointer
     from alf.trainers.run_state import CHECKPOINT_LAYOUT
+    from alf.trainers import seeds
     from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
 
@@ -145,6 +160,15 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     writer = _VideoWriter(record_file, fps) if record_file else None
     parse_run_config(run_config(root_dir, steps), gin_params)
     cfg = TrainerConfig()
+    if seed is None:
+        seed = seeds.eval_seed(cfg.seed)
+    load_fn = cfg.env_load_fn
+    if held_out:
+        if cfg.held_out_env_load_fn is None:
+            raise ConfigError(f"--held_out: the run in {root_dir} has no "
+                              "held-out environments "
+                              "(TrainerConfig.held_out_env_load_fn is unset)")
+        load_fn = cfg.held_out_env_load_fn
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).
     env_fn.set_environment_process()
@@ -154,19 +178,20 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     kwargs = {"render": True} if writer else {}
     try:
         with env_fn.evaluation_environments():
-            env = cfg.env_load_fn(cfg.env_name, num_envs=1, seed=seed,
-                                  asynchronous=False, **kwargs)
+            env = load_fn(cfg.env_name, num_envs=1, seed=seed,
+                          asynchronous=False, **kwargs)
     except TypeError as e:
         if "render" not in str(e):
             raise
-        raise ConfigError(f"{cfg.env_load_fn.__name__} takes no 'render' "
+        name = getattr(load_fn, "__name__", repr(load_fn))
+        raise ConfigError(f"{name} takes no 'render' "
                           "argument, so it cannot record; play without "
                           "--record_file") from e
     except gym.error.DependencyNotInstalled as e:
         raise ConfigError(f"rendering {cfg.env_name} needs a package that "
                           f"is missing ({one_line(e)}): pip install "
                           "'alf[video]'") from e
-    check_environment(env, cfg.env_load_fn)
+    check_environment(env, load_fn)
     assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:
         algorithm = cfg.algorithm_ctor(
@@ -295,7 +320,7 @@ def main(argv):
     try:
         rows = play(FLAGS.root_dir, FLAGS.checkpoint, FLAGS.num_episodes,
                     FLAGS.sampling, FLAGS.record_file, FLAGS.gin_param or (),
-                    FLAGS.seed, FLAGS.fps)
+                    FLAGS.seed, FLAGS.fps, held_out=FLAGS.held_out)
     except AlfError as e:
         print(f"alf.bin.play: {one_line(e)}", file=sys.stderr)
         sys.exit(1)

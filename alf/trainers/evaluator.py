@@ -3,7 +3,8 @@ import concurrent.futures
 import csv
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 
@@ -162,8 +163,12 @@ class Evaluator:
     def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
         """Plays `num_episodes` episodes; returns the averages.
 
-        A sampling policy draws from its own RNG stream (seeded by ``seed``),
-        so evaluations are reproducible and leave training's RNG alone.
+        Episode ``e`` (started from ``seed + e``) is a function of the
+        policy and its start alone: its actions are computed for it alone
+        (`act_per_episode`) and a sampling policy's noise comes from a
+        stream of its own, seeded ``seed + e``. So evaluations are
+        reproducible, ``alf.bin.play`` replays their episodes exactly, and
+        training's RNG is left alone.
         """
         return evaluate_together([self], algorithm)[0]
 
@@ -200,12 +205,13 @@ def evaluate_together(evaluators: Sequence[Evaluator],
     held-out ones) at the same time; returns each one's averages.
 
     Each environment starts from the seed its own evaluator gives it, and
-    the policy acts for every environment still playing in one batch, so
-    one evaluator's last, long episodes overlap the other's instead of
-    leaving cores idle. An evaluator of more episodes than environments
-    plays its later rounds after the others' last one. A sampling policy
-    draws from one RNG stream seeded by the first evaluator's seed:
-    reproducible, and training's RNG is left alone.
+    the environments still playing step at the same time, so one
+    evaluator's last, long episodes overlap the other's instead of leaving
+    cores idle. An evaluator of more episodes than environments plays its
+    later rounds after the others' last one. The policy acts for each
+    episode alone, a sampling policy with that episode's own noise
+    (`act_per_episode`), so what an episode scores does not depend on the
+    episodes beside it; training's RNG is left alone.
 
     Raises:
         ValueError: the evaluators disagree on ``deterministic``.
@@ -272,6 +278,11 @@ def _play(groups, algorithm, deterministic: bool):
                    for g, a in zip(playing, args)]
         return [f.result() for f in futures]
 
+    # Environment i of a group reset with seed s starts from s + i (a
+    # vector environment's seeding), and so does its episode's noise.
+    streams = None if deterministic else _EpisodeStreams(
+        [None if seed is None else seed + i
+         for (_, seed, _), size in zip(groups, sizes) for i in range(size)])
     playing = list(range(len(groups)))
     timesteps = each(lambda env, s: env.reset(seed=s), playing,
                      [seed for _, seed, _ in groups])
@@ -279,8 +290,9 @@ def _play(groups, algorithm, deterministic: bool):
         obs = algorithm.observe(nest.map_structure(
             lambda *x: torch.cat(x), *[ts.observation for ts in timesteps]),
             update=False)
-        action = (algorithm.predict_step(obs) if deterministic else
-                  algorithm.rollout_step(obs)).output
+        action = act_per_episode(
+            algorithm, obs, streams, [starts[g] + i for g in playing
+                                      for i in range(sizes[g])])
         timesteps = each(lambda env, a: env.step(a), playing,
                          list(action.split([sizes[g] for g in playing])))
         still = []
@@ -298,6 +310,70 @@ def _play(groups, algorithm, deterministic: bool):
         timesteps = [ts for g, ts in zip(playing, timesteps) if g in still]
         playing = still
     return returns, lengths, metrics
+
+
+class _EpisodeStreams:
+    """One torch RNG stream per episode, each started as
+    ``torch.manual_seed(seed)`` starts it (``alf.bin.play`` seeds its
+    episode ``e`` so), or, where an episode has no seed, drawn from
+    whatever stream is current.
+
+    Call it inside ``torch.random.fork_rng``: it switches the global
+    generators' states.
+    """
+
+    def __init__(self, seeds: Sequence[Optional[int]]):
+        self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self._states: List[Optional[tuple]] = []
+        for seed in seeds:
+            if seed is None:
+                self._states.append(None)
+                continue
+            torch.manual_seed(seed)
+            self._states.append(self._get())
+
+    def _get(self) -> tuple:
+        return (torch.get_rng_state(),
+                torch.cuda.get_rng_state() if self._cuda else None)
+
+    def draw(self, episode: int, fn: Callable[[], Any]) -> Any:
+        """``fn()``, drawing from ``episode``'s stream."""
+        state = self._states[episode]
+        if state is None:
+            return fn()
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1])
+        out = fn()
+        self._states[episode] = self._get()
+        return out
+
+
+def act_per_episode(algorithm, obs, streams: Optional[_EpisodeStreams],
+                    episodes: Sequence[int]) -> torch.Tensor:
+    """The policy's actions for the rows of ``obs`` (a batch, row ``k``
+    playing episode ``episodes[k]``), each row computed alone.
+
+    A matrix product's rounding depends on the batch it is part of (CPU
+    kernels block rows by batch size: a row's output differs in its last
+    bits between a batch of 1 and one of 20), and a simulator such as
+    MetaDrive turns a difference in the last bit of an action into another
+    episode. Batched, an episode's score would depend on which other
+    episodes are still playing beside it: on how many the evaluation has,
+    on whether a held-out set plays at the same time, and it would differ
+    from ``alf.bin.play``'s replay of the same episode, which acts for one
+    environment. Row by row, an episode is a function of the policy and its
+    start alone, whatever plays beside it. With ``streams`` (a sampling
+    policy) each episode also draws its noise from its own stream.
+    """
+    def act(row):
+        one = nest.map_structure(lambda x: x[row:row + 1], obs)
+        if streams is None:
+            return algorithm.predict_step(one).output
+        return streams.draw(episodes[row],
+                            lambda: algorithm.rollout_step(one).output)
+
+    return torch.cat([act(row) for row in range(len(episodes))])
 
 
 def append_eval_csv(root_dir: str, env_steps: int,

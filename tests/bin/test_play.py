@@ -87,6 +87,8 @@ def test_sampling_replays_episode_by_episode(cart_pole_run):
     (["--checkpoint", "oldest"], r"use latest, best or a number"),
     (["--record_file", "/no/such/folder/x.gif"], r"cannot be written"),
     (["--record_file", "x.avi"], r"use a \.gif or \.mp4 file"),
+    (["--held_out"], r"--held_out: the run in .* has no held-out "
+                     r"environments"),
 ])
 def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     res = _play(cart_pole_run, *args)
@@ -95,6 +97,50 @@ def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     last = res.stderr.strip().splitlines()[-1]
     assert re.search(message, last), res.stderr
     assert not os.path.exists("x.avi")
+
+
+def _means(stdout):
+    line = next(ln for ln in stdout.splitlines() if ln.split()[:1] == ["mean"])
+    return [float(x) for x in line.split()[1:]]
+
+
+def test_a_replay_of_a_checkpoint_is_its_evaluation(tmp_path):
+    """By default, play's episode e starts where the run's evaluations
+    started theirs, with the same noise: replaying the last checkpoint
+    (sampling, as this run evaluated) gives eval.csv's last row, and
+    ``--held_out`` eval_held_out.csv's. The held-out environments end
+    episodes at 9 steps, so the two sets differ."""
+    root = tmp_path / "run"
+    res = subprocess.run(
+        [sys.executable, "-m", "alf.bin.train", "--gin_file",
+         "ppo_cart_pole.gin", "--root_dir", str(root), "--gin_param",
+         "TrainerConfig.num_env_steps=1024", "--gin_param",
+         "TrainerConfig.eval_interval=4", "--gin_param",
+         "TrainerConfig.num_eval_episodes=3", "--gin_param",
+         "TrainerConfig.eval_deterministic=False", "--gin_param",
+         "TrainerConfig.held_out_env_load_fn=@held_out/suite_gym.load",
+         "--gin_param", "held_out/suite_gym.load.max_episode_steps=9"],
+        capture_output=True, text=True, timeout=150, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    def last_row(name):
+        with open(root / name) as f:
+            row = f.read().strip().splitlines()[-1].split(",")
+        return float(row[0]), float(row[1])  # env steps, average return
+
+    steps, evaluated = last_row("eval.csv")
+    held_steps, held_evaluated = last_row("eval_held_out.csv")
+    assert steps == held_steps == 1024
+    replay = _play(root, "--sampling", "--num_episodes", "3")
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    held = _play(root, "--sampling", "--num_episodes", "3", "--held_out")
+    assert held.returncode == 0, held.stderr[-3000:]
+    assert _means(replay.stdout)[0] == pytest.approx(evaluated, abs=1e-3)
+    assert _means(held.stdout)[0] == pytest.approx(held_evaluated, abs=1e-3)
+    assert held_evaluated <= 9 < evaluated
+    # Another seed plays other episodes.
+    other = _play(root, "--sampling", "--num_episodes", "3", "--seed", "0")
+    assert _means(other.stdout)[0] != _means(replay.stdout)[0]
 
 
 def test_a_folder_that_is_not_a_run(tmp_path):

@@ -114,17 +114,21 @@ def _sub_envs(group):
 
 
 class _FirstObservation:
-    """Acts 1 and remembers the observations it saw at the first step."""
+    """Acts 1 and remembers the observations it acted on, in order."""
 
     def __init__(self):
-        self.first = None
+        self.seen = []
+
+    def first(self, n):
+        """The observations of the first step of ``n`` environments (the
+        evaluator acts for each environment alone)."""
+        return torch.cat(self.seen[:n])
 
     def observe(self, obs, update=True):
         return obs
 
     def predict_step(self, obs):
-        if self.first is None:
-            self.first = obs.clone()
+        self.seen.append(obs.clone())
         return AlgStep(output=torch.ones(obs.shape[0], dtype=torch.int64))
 
 
@@ -155,7 +159,7 @@ def test_groups_play_what_one_batch_plays():
     batched = _FirstObservation()
     out_batched = Evaluator(batched_env, seed=3).evaluate(batched)
     assert out_groups == out_batched
-    assert torch.equal(single.first, batched.first)
+    assert torch.equal(single.first(3), batched.first(3))
     assert [e.steps for e in _sub_envs(batched_env)] == [7, 7, 7]
     assert [e.resets for e in _sub_envs(batched_env)] == [4, 2, 2]
 
@@ -342,7 +346,7 @@ def test_together_each_evaluator_gets_what_it_gets_alone():
     # Held-out environments start from their own evaluator's seeds.
     by_itself = _FirstObservation()
     Evaluator([_group([n]) for n in (4, 1, 6)], seed=11).evaluate(by_itself)
-    assert torch.equal(policy.first[2:], by_itself.first)
+    assert torch.equal(policy.first(5)[2:], by_itself.first(3))
     assert together[0]["average_episode_length"] == pytest.approx(3.5)
     assert together[1]["average_episode_length"] == pytest.approx(11 / 3)
 
@@ -373,3 +377,122 @@ def test_together_refuses_a_mix_of_deterministic_and_sampling():
         evaluate_together([Evaluator([_group([2])]),
                            Evaluator([_group([2])], deterministic=False)],
                           _FirstObservation())
+
+
+# ---- an episode's score depends on its start alone ---------------------
+
+
+class _Drift(gym.Env):
+    """Continuous actions, episodes of ``length`` steps. The reward is made
+    of the actions' last bits (a difference of one in the last place of an
+    action changes it by ~0.1), so two plays of an episode return the same
+    only if they acted alike to the last bit, as a simulator such as
+    MetaDrive needs to drive the same episode."""
+
+    observation_space = gym.spaces.Box(-1, 1, (64, ), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (3, ), np.float32)
+
+    def __init__(self, length):
+        self.length = length
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return self.np_random.uniform(-1, 1, 64).astype(np.float32)
+
+    def step(self, action):
+        self.t += 1
+        bits = (np.asarray(action, np.float64) * 2.0**22) % 1.0
+        return (self._obs(), float(bits.sum()), self.t == self.length,
+                False, {})
+
+
+class _Mlp:
+    """A policy whose matrix products round differently in batches of
+    different sizes (as alf's networks do on CPU)."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, 256), torch.nn.Tanh(),
+            torch.nn.Linear(256, 256), torch.nn.Tanh(),
+            torch.nn.Linear(256, 3))
+
+    def observe(self, obs, update=True):
+        return obs
+
+    def predict_step(self, obs):
+        return AlgStep(output=self.net(obs))
+
+    def rollout_step(self, obs):
+        mean = self.net(obs)
+        return AlgStep(output=mean + 0.1 * torch.randn_like(mean))
+
+
+def _drift_groups(lengths):
+    return [suite_gym.GymEnvironment(gym.vector.SyncVectorEnv(
+        [lambda n=n: _Drift(n)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)) for n in lengths]
+
+
+@torch.inference_mode()
+def _replay(policy, length, seed, sampling):
+    """One episode in one environment, as ``alf.bin.play`` plays it."""
+    env = _drift_groups([length])[0]
+    ts = env.reset(seed=seed)
+    if sampling:
+        torch.manual_seed(seed)
+    total = torch.zeros(1)  # the evaluator's precision
+    while True:
+        obs = policy.observe(ts.observation, update=False)
+        action = (policy.rollout_step(obs) if sampling
+                  else policy.predict_step(obs)).output
+        ts = env.step(action)
+        total += ts.reward
+        if bool(ts.done[0]):
+            return total.item()
+
+
+def _returns(evaluators, policy, monkeypatch):
+    """Per evaluator, its episodes' returns (not only their mean)."""
+    import alf.trainers.evaluator as ev
+    seen = []
+    play = ev._play
+
+    def spy(groups, algorithm, deterministic):
+        out = play(groups, algorithm, deterministic)
+        seen.append(out[0].tolist())
+        return out
+
+    monkeypatch.setattr(ev, "_play", spy)
+    evaluate_together(evaluators, policy)
+    return seen
+
+
+@pytest.mark.parametrize("sampling", [False, True])
+def test_an_episode_scores_what_a_replay_of_it_alone_scores(sampling,
+                                                            monkeypatch):
+    """Episodes of different lengths (so the batch of episodes still playing
+    shrinks), a held-out set beside them, and each one's return to the last
+    bit equal to a replay of that episode alone in one environment. Acting
+    for the whole batch at once fails this: the sums differ in their last
+    digits."""
+    policy = _Mlp()
+    train_lengths, held_lengths = [3, 17, 9, 30], [25, 4, 12]
+    train = Evaluator(_drift_groups(train_lengths), seed=3,
+                      deterministic=not sampling)
+    held = Evaluator(_drift_groups(held_lengths), seed=40,
+                     deterministic=not sampling)
+    (together, ) = _returns([train, held], policy, monkeypatch)
+    replays = ([_replay(policy, n, 3 + e, sampling)
+                for e, n in enumerate(train_lengths)] +
+               [_replay(policy, n, 40 + e, sampling)
+                for e, n in enumerate(held_lengths)])
+    assert together == replays
+    (alone, ) = _returns([Evaluator(_drift_groups(train_lengths), seed=3,
+                                    deterministic=not sampling)], policy,
+                         monkeypatch)
+    assert alone == together[:4]
