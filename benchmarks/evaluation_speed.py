@@ -8,7 +8,11 @@ ones):
 * one each: one environment per episode, so an ended episode stops
   stepping (`make_evaluator`); the sets one after the other;
 * together: the same environments, both sets played at once
-  (`evaluate_together`, what training does).
+  (`evaluate_together`, what training does);
+* one batch: the same, with the policy acting for all the episodes still
+  playing in one batch, as evaluations did before 2026-11-27 (now it acts
+  for each episode alone, `evaluator.act_per_episode`: what that costs,
+  and how far the batch's rounding moves the scores).
 
 The three alternate, so they see the same machine; each prints its wall
 time, the episode steps it played (the sum of the episode lengths) and
@@ -30,6 +34,7 @@ import time
 import torch
 
 from alf.bin.play import checkpoint_path
+from alf.trainers import evaluator as evaluator_module
 from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.config_parser import parse_run_config
 from alf.trainers.evaluator import (Evaluator, evaluate_together,
@@ -51,13 +56,27 @@ def _one_after_the_other(evaluators, algorithm):
     return [e.evaluate(algorithm) for e in evaluators]
 
 
+def _one_batch(evaluators, algorithm):
+    def batched(algorithm, obs, streams, episodes):
+        return (algorithm.predict_step(obs) if streams is None else
+                algorithm.rollout_step(obs)).output
+
+    own = evaluator_module.act_per_episode
+    evaluator_module.act_per_episode = batched
+    try:
+        return evaluate_together(evaluators, algorithm)
+    finally:
+        evaluator_module.act_per_episode = own
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root_dir", required=True)
     parser.add_argument("--checkpoint", default="latest")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--ways", default="batched,one each,together",
-                        help="comma-separated: batched, one each, together")
+                        help="comma-separated: batched, one each, "
+                        "together, one batch")
     parser.add_argument("--gin_param", action="append", default=[])
     args = parser.parse_args()
     parse_run_config(os.path.join(args.root_dir, "config.gin"), args.gin_param)
@@ -68,18 +87,20 @@ def main():
         [(cfg.held_out_env_load_fn, cfg.num_held_out_eval_episodes)]
         if cfg.held_out_env_load_fn else [])
     chosen = [w.strip() for w in args.ways.split(",")]
-    unknown = set(chosen) - {"batched", "one each", "together"}
+    unknown = set(chosen) - {"batched", "one each", "together", "one batch"}
     if unknown or not chosen:
         raise SystemExit(f"--ways {args.ways!r}: valid are batched, "
-                         f"one each, together")
+                         f"one each, together, one batch")
     batched = ([_batched(cfg, fn, n) for fn, n in sets]
                if "batched" in chosen else [])
     one_each = ([make_evaluator(cfg, fn, n) for fn, n in sets]
-                if {"one each", "together"} & set(chosen) else [])
+                if {"one each", "together", "one batch"} & set(chosen)
+                else [])
     ways = {name: way for name, way in (
         ("batched", (batched, _one_after_the_other)),
         ("one each", (one_each, _one_after_the_other)),
-        ("together", (one_each, evaluate_together))) if name in chosen}
+        ("together", (one_each, evaluate_together)),
+        ("one batch", (one_each, _one_batch))) if name in chosen}
     first = (batched or one_each)[0]
     algorithm = cfg.algorithm_ctor(
         observation_space=first.observation_space,
@@ -105,9 +126,11 @@ def main():
                 wall[name] += t
                 steps[name] += n
                 print(f"round {r} {name:9s}: {t:6.1f} s, {n:6.0f} episode "
-                      f"steps, {n / t:6.1f} steps/s | route completion " +
-                      " / ".join(f"{m.get('route_completion', float('nan')):.2f}"
-                                 for m in results))
+                      f"steps, {n / t:6.1f} steps/s | route completion "
+                      "(success) " + " / ".join(
+                          f"{m.get('route_completion', float('nan')):.3f} "
+                          f"({m.get('success_rate', float('nan')):.2f})"
+                          for m in results))
     finally:
         for evaluator in batched + one_each:
             evaluator.close()

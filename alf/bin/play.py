@@ -214,9 +214,13 @@ def _episode(env, algorithm, seed: int, sampling: bool, writer,
              act: Optional[Callable] = None):
     ts = env.reset(seed=seed)
     if sampling or act is not None:
-        # The episode's own action noise: a replay of episode e alone
-        # (--seed e --num_episodes 1) plays it again.
+        # The episode's own action noise, as the evaluator gives its
+        # episode e: a replay of episode e alone (--seed e --num_episodes
+        # 1) plays it again.
         torch.manual_seed(seed)
+        from alf.trainers.evaluator import noise_carriers
+        for module in noise_carriers(algorithm):
+            module.set_noise_state(None)
     total, length, row = 0.0, 0, {}
     while True:
         if writer:

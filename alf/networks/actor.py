@@ -1,7 +1,7 @@
 """Actor networks producing action distributions (categorical, Gaussian or
 Beta)."""
 import math
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import gin
 import gymnasium as gym
@@ -198,6 +198,19 @@ class ActorDistributionNetwork(nn.Module):
             # the scale this network was configured with.
             state_dict[key] = self.concentration_scale.clone()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def noise_state(self) -> Tuple[Optional[torch.Tensor], int]:
+        """What sampling carries from one sample to the next: gSDE's draws
+        and the samples left before new ones (nothing to carry without
+        gSDE). `set_noise_state` puts it back, so that several episodes
+        sampled one at a time each keep their own (`evaluator`)."""
+        return self._gsde_draws, self._gsde_left
+
+    def set_noise_state(self, state: Optional[Tuple[Optional[torch.Tensor],
+                                                     int]] = None) -> None:
+        """Restores a `noise_state`; None starts afresh: the next sample
+        draws new noise, as the first sample of a new network does."""
+        self._gsde_draws, self._gsde_left = state or (None, 0)
 
     def forward(self, observation: torch.Tensor):
         """Returns the `Categorical`, `DiagGaussian`, `TanhGaussian` or

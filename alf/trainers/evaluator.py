@@ -264,12 +264,10 @@ def _play(groups, algorithm, deterministic: bool):
     threads) triples); returns per-environment returns and lengths, and
     metric name -> per-environment value (NaN where not reported)."""
     sizes = [env.num_envs for env, _, _ in groups]
-    starts = [sum(sizes[:g]) for g in range(len(sizes))]
     n = sum(sizes)
     returns, lengths = torch.zeros(n), torch.zeros(n)
     names = {name for env, _, _ in groups for name in env.episode_info}
     metrics = {name: torch.full((n, ), float("nan")) for name in names}
-    running = torch.ones(n, dtype=torch.bool)
 
     def each(fn, playing, args):
         if len(playing) == 1:
@@ -282,7 +280,21 @@ def _play(groups, algorithm, deterministic: bool):
     # vector environment's seeding), and so does its episode's noise.
     streams = None if deterministic else _EpisodeStreams(
         [None if seed is None else seed + i
-         for (_, seed, _), size in zip(groups, sizes) for i in range(size)])
+         for (_, seed, _), size in zip(groups, sizes) for i in range(size)],
+        algorithm)
+    try:
+        _steps(groups, algorithm, streams, each, returns, lengths, metrics)
+    finally:
+        if streams is not None:
+            streams.close()
+    return returns, lengths, metrics
+
+
+def _steps(groups, algorithm, streams, each, returns, lengths, metrics):
+    """`_play`'s episodes, from their resets to their ends."""
+    sizes = [env.num_envs for env, _, _ in groups]
+    starts = [sum(sizes[:g]) for g in range(len(sizes))]
+    running = torch.ones(sum(sizes), dtype=torch.bool)
     playing = list(range(len(groups)))
     timesteps = each(lambda env, s: env.reset(seed=s), playing,
                      [seed for _, seed, _ in groups])
@@ -309,44 +321,63 @@ def _play(groups, algorithm, deterministic: bool):
                 still.append(g)
         timesteps = [ts for g, ts in zip(playing, timesteps) if g in still]
         playing = still
-    return returns, lengths, metrics
+
+
+def noise_carriers(algorithm) -> list:
+    """The modules of ``algorithm`` whose sampling carries noise from one
+    sample to the next (gSDE's draws: `ActorDistributionNetwork.noise_state`)."""
+    modules = getattr(algorithm, "modules", None)
+    if not callable(modules):
+        return []
+    return [m for m in modules() if hasattr(m, "set_noise_state")]
 
 
 class _EpisodeStreams:
-    """One torch RNG stream per episode, each started as
-    ``torch.manual_seed(seed)`` starts it (``alf.bin.play`` seeds its
-    episode ``e`` so), or, where an episode has no seed, drawn from
-    whatever stream is current.
+    """The noise of each episode of a sampling policy, apart: a torch RNG
+    stream started as ``torch.manual_seed(seed)`` starts it (``alf.bin.play``
+    seeds its episode ``e`` so; an episode without a seed draws from
+    whatever stream is current), and the noise its policy's modules carry
+    from one sample to the next (`noise_carriers`), fresh at its start.
 
-    Call it inside ``torch.random.fork_rng``: it switches the global
-    generators' states.
+    Use it inside ``torch.random.fork_rng`` (it switches the global
+    generators' states) and `close` it: the modules get back the noise
+    they carried before.
     """
 
-    def __init__(self, seeds: Sequence[Optional[int]]):
+    def __init__(self, seeds: Sequence[Optional[int]], algorithm):
         self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self._states: List[Optional[tuple]] = []
+        self._carriers = noise_carriers(algorithm)
+        self._outer = [m.noise_state() for m in self._carriers]
+        self._states: List[Tuple[Optional[tuple], list]] = []
         for seed in seeds:
-            if seed is None:
-                self._states.append(None)
-                continue
-            torch.manual_seed(seed)
-            self._states.append(self._get())
+            rng = None
+            if seed is not None:
+                torch.manual_seed(seed)
+                rng = self._get_rng()
+            self._states.append((rng, [None] * len(self._carriers)))
 
-    def _get(self) -> tuple:
+    def _get_rng(self) -> tuple:
         return (torch.get_rng_state(),
                 torch.cuda.get_rng_state() if self._cuda else None)
 
     def draw(self, episode: int, fn: Callable[[], Any]) -> Any:
-        """``fn()``, drawing from ``episode``'s stream."""
-        state = self._states[episode]
-        if state is None:
-            return fn()
-        torch.set_rng_state(state[0])
-        if state[1] is not None:
-            torch.cuda.set_rng_state(state[1])
+        """``fn()``, drawing ``episode``'s noise."""
+        rng, noise = self._states[episode]
+        if rng is not None:
+            torch.set_rng_state(rng[0])
+            if rng[1] is not None:
+                torch.cuda.set_rng_state(rng[1])
+        for m, state in zip(self._carriers, noise):
+            m.set_noise_state(state)
         out = fn()
-        self._states[episode] = self._get()
+        self._states[episode] = (None if rng is None else self._get_rng(),
+                                 [m.noise_state() for m in self._carriers])
         return out
+
+    def close(self) -> None:
+        """Gives the modules back the noise they carried before."""
+        for m, state in zip(self._carriers, self._outer):
+            m.set_noise_state(state)
 
 
 def act_per_episode(algorithm, obs, streams: Optional[_EpisodeStreams],

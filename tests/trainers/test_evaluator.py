@@ -496,3 +496,44 @@ def test_an_episode_scores_what_a_replay_of_it_alone_scores(sampling,
                                     deterministic=not sampling)], policy,
                          monkeypatch)
     assert alone == together[:4]
+
+
+class _Gsde(torch.nn.Module):
+    """A sampling policy whose noise is carried from sample to sample
+    (gSDE: new draws every 4 samples)."""
+
+    def __init__(self):
+        super().__init__()
+        from alf.networks.actor import ActorDistributionNetwork
+        torch.manual_seed(1)
+        self.actor = ActorDistributionNetwork(
+            _Drift.observation_space, _Drift.action_space,
+            hidden_sizes=(32, ), gsde_interval=4)
+
+    def observe(self, obs, update=True):
+        return obs
+
+    def rollout_step(self, obs):
+        return AlgStep(output=self.actor(obs).sample())
+
+
+def test_gsde_episodes_keep_their_own_noise_and_trainings(monkeypatch):
+    """Each episode starts gSDE's draws afresh and keeps its own between
+    samples, as a replay of it alone does; training's draws (a batch of
+    another size) are where they were after the evaluation."""
+    policy = _Gsde()
+    lengths = [6, 11, 3]
+    with torch.inference_mode():
+        policy.rollout_step(torch.zeros(5, 64))  # training's draws
+    before = policy.actor.noise_state()
+    evaluator = Evaluator(_drift_groups(lengths), seed=8,
+                          deterministic=False)
+    (returns, ) = _returns([evaluator], policy, monkeypatch)
+    after = policy.actor.noise_state()
+    assert after[0] is before[0] and after[1] == before[1]
+
+    def replay(n, seed):
+        policy.actor.set_noise_state(None)
+        return _replay(policy, n, seed, sampling=True)
+
+    assert returns == [replay(n, 8 + e) for e, n in enumerate(lengths)]
