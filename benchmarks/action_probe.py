@@ -4,23 +4,28 @@ dimensions named to sample and fixed offsets added to others.
 
     python benchmarks/action_probe.py --root_dir RUN [--checkpoint latest] \
         [--episodes 10] [--variant det --variant sample \
-         --variant 'sample:0' --variant 'offset:1=-0.3'] [--watch 3]
+         --variant 'sample:0' --variant 'offset:1=-0.3' \
+         --variant 'jitter:1e-6,1'] [--watch 3] [--seed 0]
 
 A variant is ``det`` (the deterministic policy), ``sample`` (the sampling
-policy), ``sample:D[,D...]`` (sample dimensions D, the mean for the rest)
-or ``offset:D=X[,D=X...]`` (the deterministic action plus X on dimension
-D, clipped to the action box). Every variant plays the same episodes
-(episode ``e`` from seed ``e``, the sampled noise seeded likewise), one
-after the other in this process. ``--watch I`` also reports the mean of
-raw observation entry ``I`` over each variant's steps (MetaDrive's state
-observation: 3 is the speed over the speed limit).
+policy), ``sample:D[,D...]`` (sample dimensions D, the mean for the rest),
+``offset:D=X[,D=X...]`` (the deterministic action plus X on dimension
+D, clipped to the action box) or ``jitter:X,S`` (the deterministic action
+plus noise uniform in [-X, X] on every dimension, drawn from a generator
+seeded S: with X near a float32's rounding, ~1e-7, how much of a
+deterministic score a simulator's chaos decides). Every variant plays the
+same episodes (episode ``e`` from seed ``--seed + e``, the sampled noise
+seeded likewise), one after the other in this process. ``--watch I``
+also reports the mean of raw observation entry ``I`` over each variant's
+steps (MetaDrive's state observation: 3 is the speed over the speed
+limit).
 
 MetaDrive's actions are (steering, throttle); on the Beta ``ppg_metadrive``
 run of 2026-11-26 this is how the gap between its deterministic and its
 sampling policy was traced to speed (docs/metadrive.md).
 """
 import argparse
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -28,24 +33,37 @@ import torch
 from alf.bin.play import play
 
 
-def parse_variant(text: str) -> Tuple[List[int], Dict[int, float]]:
-    """``text`` as (dimensions to sample, offsets by dimension); all
-    dimensions to sample for ``sample``."""
+def parse_variant(text: str) -> Tuple[List[int], Dict[int, float],
+                                      Optional[Tuple[float, int]]]:
+    """``text`` as (dimensions to sample, offsets by dimension, jitter
+    (size, seed) or None); all dimensions to sample for ``sample``."""
     kind, _, spec = text.partition(":")
-    if kind == "det" and not spec:
-        return [], {}
-    if kind == "sample":
-        return ([int(d) for d in spec.split(",")] if spec else [-1]), {}
-    if kind == "offset" and spec:
-        pairs = (p.split("=") for p in spec.split(","))
-        return [], {int(d): float(x) for d, x in pairs}
+    try:
+        if kind == "det" and not spec:
+            return [], {}, None
+        if kind == "sample":
+            return ([int(d) for d in spec.split(",")] if spec else [-1]), \
+                {}, None
+        if kind == "offset" and spec:
+            pairs = (p.split("=") for p in spec.split(","))
+            return [], {int(d): float(x) for d, x in pairs}, None
+        if kind == "jitter" and spec:
+            size, seed = spec.split(",")
+            return [], {}, (float(size), int(seed))
+    except ValueError:
+        pass
     raise SystemExit(f"action_probe: --variant {text!r}; valid: det, sample, "
-                     "sample:D[,D...] or offset:D=X[,D=X...]")
+                     "sample:D[,D...], offset:D=X[,D=X...] or jitter:X,S")
 
 
 def make_act(sample: List[int], offsets: Dict[int, float], watch: int,
-             seen: List[float]) -> Callable:
+             seen: List[float],
+             jitter: Optional[Tuple[float, int]] = None) -> Callable:
     """An ``act`` for `alf.bin.play.play` (see the module's doc)."""
+    generator = None
+    if jitter is not None:
+        generator = torch.Generator().manual_seed(jitter[1])
+
     def act(algorithm, obs, raw):
         dist = algorithm.actor(obs)
         action = dist.mode().clone()
@@ -57,6 +75,12 @@ def make_act(sample: List[int], offsets: Dict[int, float], watch: int,
                 action[:, sample] = drawn[:, sample]
         for d, x in offsets.items():
             action[:, d] += x
+        if generator is not None:
+            if not action.is_floating_point():
+                raise SystemExit("action_probe: jitter needs continuous "
+                                 "actions")
+            noise = torch.rand(action.shape, generator=generator)
+            action += (2 * noise - 1).to(action.dtype) * jitter[0]
         if watch >= 0:
             seen.append(float(raw[0, watch]))
         space = algorithm.action_space
@@ -73,6 +97,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[])
     parser.add_argument("--watch", type=int, default=-1,
                         help="a raw observation entry to average")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="episode e starts from seed + e")
     parser.add_argument("--gin_param", action="append", default=[])
     args = parser.parse_args()
     variants = args.variant or ["det", "sample"]
@@ -81,11 +107,11 @@ def main() -> None:
                               if args.watch >= 0 else "") +
           "   per episode: route completion")
     for text in variants:
-        sample, offsets = parse_variant(text)
+        sample, offsets, jitter = parse_variant(text)
         seen: List[float] = []
         rows = play(args.root_dir, args.checkpoint, args.episodes,
-                    gin_params=args.gin_param,
-                    act=make_act(sample, offsets, args.watch, seen))
+                    gin_params=args.gin_param, seed=args.seed,
+                    act=make_act(sample, offsets, args.watch, seen, jitter))
         mean = lambda k: float(np.mean([r.get(k, np.nan)  # noqa: E731
                                         for r in rows]))
         line = (f"{text:<22} {mean('route_completion'):16.3f} "
