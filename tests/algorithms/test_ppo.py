@@ -401,3 +401,30 @@ def test_gsde_rollout_log_probs_are_the_acting_policys_and_training_moves_its_st
     assert not torch.equal(alg.actor.exploration_log_std, before)
     with pytest.raises(ConfigError, match="or gSDE"):
         _gaussian_ppo(log_std_bound=(0.0, -1.0), actor_network_ctor=ctor)
+
+
+def test_a_run_resumed_under_a_schedule_of_the_other_form_loads():
+    """A checkpoint with one Beta scale per dimension loads into a run
+    whose schedule has one for all (and the other way round): its scales
+    are kept, one per dimension, and the schedule moves them on."""
+    import functools
+
+    from alf.networks.actor import ActorDistributionNetwork
+    beta = functools.partial(ActorDistributionNetwork, beta=True)
+    per_dim = _gaussian_ppo(actor_network_ctor=beta,
+                            beta_concentration_schedule=(0.0, (5.0, 1.0)))
+    per_dim.train_on_unroll(_box_unroll(margin=0.1), 0.5)
+    assert per_dim.actor.concentration_scale.tolist() == [3.0, 1.0]
+    scalar = _gaussian_ppo(actor_network_ctor=beta,
+                           beta_concentration_schedule=(0.0, 5.0))
+    scalar.load_state_dict(per_dim.state_dict())
+    assert scalar.actor.concentration_scale.tolist() == [3.0, 1.0]
+    scalar.train_on_unroll(_box_unroll(margin=0.1), 1.0)
+    assert scalar.actor.concentration_scale.tolist() == [5.0, 5.0]
+
+    one = _gaussian_ppo(actor_network_ctor=beta,
+                        beta_concentration_schedule=(0.0, 3.0))
+    one.train_on_unroll(_box_unroll(margin=0.1), 0.5)
+    assert one.actor.concentration_scale.dim() == 0
+    per_dim.load_state_dict(one.state_dict())
+    assert per_dim.actor.concentration_scale.tolist() == [2.0, 2.0]
