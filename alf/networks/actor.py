@@ -198,7 +198,7 @@ class ActorDistributionNetwork(nn.Module):
             # the scale this network was configured with.
             state_dict[key] = self.concentration_scale.clone()
         saved = state_dict.get(key)
-        dims = self.action_low.numel()
+        dims = self.action_low.numel() if self.beta else 0
         if (self.beta and isinstance(saved, torch.Tensor)
                 and saved.shape != self.concentration_scale.shape
                 and saved.numel() in (1, dims)

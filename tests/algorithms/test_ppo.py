@@ -428,3 +428,8 @@ def test_a_run_resumed_under_a_schedule_of_the_other_form_loads():
     assert one.actor.concentration_scale.dim() == 0
     per_dim.load_state_dict(one.state_dict())
     assert per_dim.actor.concentration_scale.tolist() == [2.0, 2.0]
+    # Other actors load as before (a categorical one has no bounds).
+    import gymnasium as gym
+    categorical = ActorDistributionNetwork(
+        gym.spaces.Box(-1, 1, (3, )), gym.spaces.Discrete(2))
+    categorical.load_state_dict(categorical.state_dict())
