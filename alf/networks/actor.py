@@ -197,22 +197,26 @@ class ActorDistributionNetwork(nn.Module):
             # A checkpoint from before the scale was kept: it trained with
             # the scale this network was configured with.
             state_dict[key] = self.concentration_scale.clone()
-        saved = state_dict.get(key)
-        dims = self.action_low.numel() if self.beta else 0
-        if (self.beta and isinstance(saved, torch.Tensor)
-                and saved.shape != self.concentration_scale.shape
-                and saved.numel() in (1, dims)
-                and self.concentration_scale.numel() in (1, dims)):
-            # A run resumed under a schedule of the other form (one scale
-            # for every dimension against one per dimension): the
-            # checkpoint's scales, one per dimension where either form has
-            # them; the schedule moves them on from there.
-            if saved.dim() == 0:
-                state_dict[key] = saved.expand(dims).clone()
-            else:
-                self.concentration_scale = \
-                    self.concentration_scale.expand(dims).clone()
+        if self.beta:
+            self._adopt_scale_form(state_dict, key)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _adopt_scale_form(self, state_dict, key: str) -> None:
+        """A run resumed under a schedule of the other form (one scale for
+        every dimension against one per dimension) keeps the checkpoint's
+        scales, one per dimension where either form has them; the
+        schedule moves them on from there. Other mismatches are left to
+        ``load_state_dict``'s error."""
+        saved, own = state_dict.get(key), self.concentration_scale
+        dims = self.action_low.numel()
+        if (not isinstance(saved, torch.Tensor) or saved.shape == own.shape
+                or saved.numel() not in (1, dims)
+                or own.numel() not in (1, dims)):
+            return
+        if saved.dim() == 0:
+            state_dict[key] = saved.expand(dims).clone()
+        else:
+            self.concentration_scale = own.expand(dims).clone()
 
     def noise_state(self) -> Tuple[Optional[torch.Tensor], int]:
         """What sampling carries from one sample to the next: gSDE's draws

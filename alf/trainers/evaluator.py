@@ -263,11 +263,28 @@ def _play(groups, algorithm, deterministic: bool):
     """One episode in every environment of ``groups`` ((group, seed,
     threads) triples); returns per-environment returns and lengths, and
     metric name -> per-environment value (NaN where not reported)."""
+    # Environment i of a group reset with seed s starts from s + i (a
+    # vector environment's seeding), and so does its episode's noise.
+    streams = None if deterministic else _EpisodeStreams(
+        [None if seed is None else seed + i
+         for env, seed, _ in groups for i in range(env.num_envs)],
+        algorithm)
+    try:
+        return _steps(groups, algorithm, streams)
+    finally:
+        if streams is not None:
+            streams.close()
+
+
+def _steps(groups, algorithm, streams: Optional["_EpisodeStreams"]):
+    """`_play`'s episodes, from their resets to their ends."""
     sizes = [env.num_envs for env, _, _ in groups]
+    starts = [sum(sizes[:g]) for g in range(len(sizes))]
     n = sum(sizes)
     returns, lengths = torch.zeros(n), torch.zeros(n)
     names = {name for env, _, _ in groups for name in env.episode_info}
     metrics = {name: torch.full((n, ), float("nan")) for name in names}
+    running = torch.ones(n, dtype=torch.bool)
 
     def each(fn, playing, args):
         if len(playing) == 1:
@@ -276,25 +293,6 @@ def _play(groups, algorithm, deterministic: bool):
                    for g, a in zip(playing, args)]
         return [f.result() for f in futures]
 
-    # Environment i of a group reset with seed s starts from s + i (a
-    # vector environment's seeding), and so does its episode's noise.
-    streams = None if deterministic else _EpisodeStreams(
-        [None if seed is None else seed + i
-         for (_, seed, _), size in zip(groups, sizes) for i in range(size)],
-        algorithm)
-    try:
-        _steps(groups, algorithm, streams, each, returns, lengths, metrics)
-    finally:
-        if streams is not None:
-            streams.close()
-    return returns, lengths, metrics
-
-
-def _steps(groups, algorithm, streams, each, returns, lengths, metrics):
-    """`_play`'s episodes, from their resets to their ends."""
-    sizes = [env.num_envs for env, _, _ in groups]
-    starts = [sum(sizes[:g]) for g in range(len(sizes))]
-    running = torch.ones(sum(sizes), dtype=torch.bool)
     playing = list(range(len(groups)))
     timesteps = each(lambda env, s: env.reset(seed=s), playing,
                      [seed for _, seed, _ in groups])
@@ -321,6 +319,7 @@ def _steps(groups, algorithm, streams, each, returns, lengths, metrics):
                 still.append(g)
         timesteps = [ts for g, ts in zip(playing, timesteps) if g in still]
         playing = still
+    return returns, lengths, metrics
 
 
 def noise_carriers(algorithm) -> list:
