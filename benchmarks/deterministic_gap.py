@@ -56,12 +56,20 @@ def play_means(root_dir: str, checkpoint: str, episodes: int,
 
 def checkpoints(root_dir: str, which: str) -> List[str]:
     """``--checkpoint`` values of alf.bin.play: 'saved' expands to every
-    regular checkpoint's env steps."""
+    regular checkpoint's env steps. A step with no checkpoint (older ones
+    are pruned as training goes) is a one-line error before any play
+    starts, not after every other play has run."""
+    ckpt_dir = os.path.join(root_dir, "ckpt")
+    saved = Checkpointer(ckpt_dir).saved()
     out = []
     for w in which.split(","):
         if w == "saved":
-            ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
-            out += [str(s) for s in ckpt.saved()]
+            out += [str(s) for s in saved]
+        elif w.isdigit() and int(w) not in saved:
+            raise SystemExit(
+                f"deterministic_gap: --checkpoints {w}: no such checkpoint "
+                f"in {ckpt_dir}; saved: "
+                f"{', '.join(map(str, saved)) or 'none'}; or best, latest")
         else:
             out.append(w)
     return out
@@ -95,6 +103,7 @@ def main() -> None:
         sets.append(("held out", args.gin_param + args.held_out_param,
                      args.held_out_episodes, args.held_out_episodes))
     metrics = args.metrics.split(",")
+    wanted = checkpoints(args.root_dir, args.checkpoints)
     width = 3 * 9
     print(f"{'':>10} {'':>9} " + " ".join(f"{m[:width]:>{width}}"
                                           for m in metrics))
@@ -105,26 +114,31 @@ def main() -> None:
     # Rows print as their plays finish, inside the pool: leaving it waits
     # for every play.
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-        for ck in checkpoints(args.root_dir, args.checkpoints):
+        for ck in wanted:
             for name, params, det_n, samp_n in sets:
                 for sampling, n in ((False, det_n), (True, samp_n)):
                     jobs[(ck, name, sampling)] = pool.submit(
                         play_means, args.root_dir, ck, n, sampling, params)
-        for (ck, name, sampling), job in jobs.items():
-            if sampling:
-                continue
-            det = job.result()
-            samp = jobs[(ck, name, True)].result()
-            missing = [m for m in metrics if m not in det]
-            if missing:
-                for j in jobs.values():
-                    j.cancel()  # the plays not yet started
-                raise SystemExit(
-                    f"deterministic_gap: --metrics {','.join(missing)!r} not "
-                    f"in alf.bin.play's table; valid: {', '.join(det)}")
-            print(f"{ck:>10} {name:>9} " + " ".join(
-                f"{det[m]:8.3f} {samp[m]:8.3f} {det[m] - samp[m]:+8.3f}"
-                for m in metrics), flush=True)
+        try:
+            for (ck, name, sampling), job in jobs.items():
+                if sampling:
+                    continue
+                det = job.result()
+                samp = jobs[(ck, name, True)].result()
+                missing = [m for m in metrics if m not in det]
+                if missing:
+                    raise SystemExit(
+                        f"deterministic_gap: --metrics "
+                        f"{','.join(missing)!r} not in alf.bin.play's "
+                        f"table; valid: {', '.join(det)}")
+                print(f"{ck:>10} {name:>9} " + " ".join(
+                    f"{det[m]:8.3f} {samp[m]:8.3f} {det[m] - samp[m]:+8.3f}"
+                    for m in metrics), flush=True)
+        except BaseException:
+            # A failed play (or Ctrl-C) leaves the plays not yet started
+            # unplayed instead of waiting for each of them.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 if __name__ == "__main__":

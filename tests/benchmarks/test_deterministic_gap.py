@@ -12,7 +12,7 @@ sys.path.insert(0, BENCHMARKS)
 import deterministic_gap  # noqa: E402
 
 
-def _run(monkeypatch, means, *args):
+def _run(monkeypatch, means, *args, root_dir="RUN"):
     calls = []
 
     def play_means(root_dir, checkpoint, episodes, sampling, params):
@@ -21,13 +21,20 @@ def _run(monkeypatch, means, *args):
 
     monkeypatch.setattr(deterministic_gap, "play_means", play_means)
     monkeypatch.setattr(sys, "argv", ["deterministic_gap.py", "--root_dir",
-                                      "RUN", *args])
+                                      str(root_dir), *args])
     deterministic_gap.main()
     return calls
 
 
+def _run_dir(tmp_path, steps):
+    (tmp_path / "ckpt").mkdir()
+    for s in steps:
+        (tmp_path / "ckpt" / f"ckpt-{s}.pt").write_bytes(b"")
+    return tmp_path
+
+
 def test_each_checkpoint_and_set_is_played_both_ways_side_by_side(
-        monkeypatch, capsys):
+        monkeypatch, capsys, tmp_path):
     def means(checkpoint, sampling, params):
         held = "held=1" in params
         return {"route_completion": 0.5 + 0.25 * sampling + 0.125 * held +
@@ -37,7 +44,8 @@ def test_each_checkpoint_and_set_is_played_both_ways_side_by_side(
     calls = _run(monkeypatch, means, "--checkpoints", "7,latest",
                  "--episodes", "3", "--sampling_episodes", "6",
                  "--held_out_param", "held=1", "--held_out_episodes", "4",
-                 "--gin_param", "x=2", "--parallel", "1")
+                 "--gin_param", "x=2", "--parallel", "1",
+                 root_dir=_run_dir(tmp_path, [7]))
     assert sorted(calls) == sorted(
         (ck, n, sampling, params) for ck in ("7", "latest")
         for (n, sampling, params) in ((3, False, ("x=2", )),
@@ -58,3 +66,35 @@ def test_a_metric_that_play_does_not_print_is_a_one_line_error(monkeypatch):
              "--checkpoints", "latest", "--metrics", "return,speed")
     assert str(e.value) == ("deterministic_gap: --metrics 'speed' not in "
                             "alf.bin.play's table; valid: return, length")
+
+
+def test_a_pruned_checkpoint_is_a_one_line_error_before_any_play(
+        monkeypatch, tmp_path):
+    def means(*_):
+        raise AssertionError("no play may start")
+
+    with pytest.raises(SystemExit) as e:
+        _run(monkeypatch, means, "--checkpoints", "best,3,9",
+             root_dir=_run_dir(tmp_path, [5, 9]))
+    assert str(e.value) == (
+        f"deterministic_gap: --checkpoints 3: no such checkpoint in "
+        f"{tmp_path}/ckpt; saved: 5, 9; or best, latest")
+
+
+def test_a_failed_play_leaves_the_plays_queued_behind_it_unplayed(
+        monkeypatch, tmp_path):
+    calls = []
+
+    def means(checkpoint, sampling, params):
+        if not calls:
+            calls.append(checkpoint)
+            raise RuntimeError("play failed")
+        calls.append(checkpoint)
+        return {"route_completion": 0.5, "success_rate": 0.5}
+
+    with pytest.raises(RuntimeError, match="play failed"):
+        _run(monkeypatch, means, "--checkpoints", "saved", "--parallel", "1",
+             root_dir=_run_dir(tmp_path, [1, 2, 3, 4]))
+    # The one play the pool had started beside the failing one may finish;
+    # the other seven never run.
+    assert len(calls) <= 2
