@@ -28,7 +28,9 @@ import subprocess
 import sys
 from typing import Dict, List, Sequence
 
+from alf.bin.play import checkpoint_path
 from alf.trainers.checkpointer import Checkpointer
+from alf.utils.errors import ConfigError
 
 
 def play_means(root_dir: str, checkpoint: str, episodes: int,
@@ -56,22 +58,21 @@ def play_means(root_dir: str, checkpoint: str, episodes: int,
 
 def checkpoints(root_dir: str, which: str) -> List[str]:
     """``--checkpoint`` values of alf.bin.play: 'saved' expands to every
-    regular checkpoint's env steps. A step with no checkpoint (older ones
-    are pruned as training goes) is a one-line error before any play
-    starts, not after every other play has run."""
-    ckpt_dir = os.path.join(root_dir, "ckpt")
-    saved = Checkpointer(ckpt_dir).saved()
+    regular checkpoint's env steps. One that alf.bin.play would refuse (a
+    step pruned as training went on, a ``best`` the run never wrote) is
+    its one-line error before any play starts, not after every other play
+    has run."""
     out = []
     for w in which.split(","):
         if w == "saved":
-            out += [str(s) for s in saved]
-        elif w.isdigit() and int(w) not in saved:
-            raise SystemExit(
-                f"deterministic_gap: --checkpoints {w}: no such checkpoint "
-                f"in {ckpt_dir}; saved: "
-                f"{', '.join(map(str, saved)) or 'none'}; or best, latest")
-        else:
-            out.append(w)
+            ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
+            out += [str(s) for s in ckpt.saved()]
+            continue
+        try:
+            checkpoint_path(root_dir, w)
+        except ConfigError as e:
+            raise SystemExit(f"deterministic_gap: {e}") from None
+        out.append(w)
     return out
 
 

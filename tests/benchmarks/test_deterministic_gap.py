@@ -12,7 +12,7 @@ sys.path.insert(0, BENCHMARKS)
 import deterministic_gap  # noqa: E402
 
 
-def _run(monkeypatch, means, *args, root_dir="RUN"):
+def _run(monkeypatch, means, *args, root_dir):
     calls = []
 
     def play_means(root_dir, checkpoint, episodes, sampling, params):
@@ -60,10 +60,12 @@ def test_each_checkpoint_and_set_is_played_both_ways_side_by_side(
     assert rows[("latest", "training")][:3] == [0.5, 0.75, -0.25]
 
 
-def test_a_metric_that_play_does_not_print_is_a_one_line_error(monkeypatch):
+def test_a_metric_that_play_does_not_print_is_a_one_line_error(
+        monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as e:
         _run(monkeypatch, lambda *_: {"return": 1.0, "length": 9.0},
-             "--checkpoints", "latest", "--metrics", "return,speed")
+             "--checkpoints", "latest", "--metrics", "return,speed",
+             root_dir=_run_dir(tmp_path, [1]))
     assert str(e.value) == ("deterministic_gap: --metrics 'speed' not in "
                             "alf.bin.play's table; valid: return, length")
 
@@ -74,11 +76,11 @@ def test_a_pruned_checkpoint_is_a_one_line_error_before_any_play(
         raise AssertionError("no play may start")
 
     with pytest.raises(SystemExit) as e:
-        _run(monkeypatch, means, "--checkpoints", "best,3,9",
+        _run(monkeypatch, means, "--checkpoints", "latest,3,9",
              root_dir=_run_dir(tmp_path, [5, 9]))
     assert str(e.value) == (
-        f"deterministic_gap: --checkpoints 3: no such checkpoint in "
-        f"{tmp_path}/ckpt; saved: 5, 9; or best, latest")
+        f"deterministic_gap: --checkpoint=3: no such checkpoint in "
+        f"{tmp_path}/ckpt (there: latest, 5, 9)")
 
 
 def test_a_failed_play_leaves_the_plays_queued_behind_it_unplayed(
@@ -86,10 +88,9 @@ def test_a_failed_play_leaves_the_plays_queued_behind_it_unplayed(
     calls = []
 
     def means(checkpoint, sampling, params):
-        if not calls:
-            calls.append(checkpoint)
-            raise RuntimeError("play failed")
         calls.append(checkpoint)
+        if len(calls) == 1:
+            raise RuntimeError("play failed")
         return {"route_completion": 0.5, "success_rate": 0.5}
 
     with pytest.raises(RuntimeError, match="play failed"):
