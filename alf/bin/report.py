@@ -1,0 +1,235 @@
+r"""A run's evaluation curves as one table: the evaluations on the training
+environments and on the held-out ones side by side and, with ``--rollouts``,
+what the training episodes scored around each evaluation (TensorBoard's
+``rollout/`` summaries: the sampling policy as it collects), so that a
+deterministic evaluation can be read beside the policy that was trained.
+
+    python -m alf.bin.report --root_dir RUN \
+        [--metrics route_completion,success_rate] [--rollouts] \
+        [--window 41000] [--last 3] [--plot FILE.png]
+
+Prints a Markdown table (one column per evaluation, one row per split and
+metric) and the mean of each row over its last ``--last`` evaluations;
+``--plot`` also draws the rows, one panel per metric. Reads only what the
+run wrote (eval.csv, eval_held_out.csv, train/events*), so it works on a
+run still training. Exit codes: 0, or 1 with a one-line error.
+"""
+import glob
+import math
+import os
+import re
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import app, flags
+
+from alf.bin.curves import EVAL_CSV, HELD_OUT_CSV, read_curves
+from alf.utils.errors import AlfError, one_line
+
+ROLLOUT_PREFIX = "rollout/"
+# Rollout summaries are means over the episodes that ended since the last
+# summary; this one counts them, so that a window's mean weighs each episode
+# once.
+EPISODES_TAG = ROLLOUT_PREFIX + "episodes"
+Row = Tuple[str, str, List[float]]  # (split label, metric, value per step)
+
+
+def define_flags() -> None:
+    """The CLI's flags (defined when run as a program, not on import)."""
+    flags.DEFINE_string("root_dir", None, "The run's folder.")
+    flags.DEFINE_list("metrics", None, "Columns of eval.csv to show (default: "
+                      "all of them).")
+    flags.DEFINE_bool("rollouts", False, "Also show the training episodes' "
+                      "rollout/ summaries around each evaluation.")
+    flags.DEFINE_integer("window", None, "Rollout summaries within this many "
+                         "env steps of an evaluation count for it (default: "
+                         "half the median spacing of the evaluations).")
+    flags.DEFINE_integer("last", 3, "Summarise each row over its last N "
+                         "evaluations.")
+    flags.DEFINE_string("plot", None, "Also draw the rows into this PNG.")
+
+
+def evaluation_policy(run_dir: str) -> Optional[str]:
+    """``"deterministic"`` or ``"sampling"``: how the run evaluated, from
+    its config.gin (None when the file does not say)."""
+    path = os.path.join(run_dir, "config.gin")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        m = re.search(r"^TrainerConfig\.eval_deterministic\s*=\s*(\w+)",
+                      f.read(), re.M)
+    if m is None:
+        return None
+    return "deterministic" if m.group(1) == "True" else "sampling"
+
+
+def read_rollouts(run_dir: str) -> Dict[str, List[Tuple[int, float]]]:
+    """``rollout/`` scalar name (without the prefix) -> [(env steps,
+    value)], from every event file under ``run_dir/train`` (a resumed run
+    writes one more; a step written twice keeps the later file's value).
+
+    Raises:
+        AlfError: if the run has no training event file.
+    """
+    files = sorted(glob.glob(os.path.join(run_dir, "train", "events*")),
+                   key=os.path.getmtime)
+    if not files:
+        raise AlfError(f"{run_dir}/train has no TensorBoard event file "
+                       "(--rollouts reads the training summaries)")
+    from tensorboard.backend.event_processing.event_accumulator import \
+        EventAccumulator
+    series: Dict[str, Dict[int, float]] = {}
+    for path in files:
+        events = EventAccumulator(path, size_guidance={"scalars": 0})
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            if tag.startswith(ROLLOUT_PREFIX):
+                series.setdefault(tag[len(ROLLOUT_PREFIX):], {}).update(
+                    (e.step, e.value) for e in events.Scalars(tag))
+    return {name: sorted(values.items()) for name, values in series.items()}
+
+
+def window_means(series: Sequence[Tuple[int, float]], steps: Sequence[int],
+                 window: int,
+                 weights: Optional[Dict[int, float]] = None) -> List[float]:
+    """For each of ``steps``, the mean of the ``series`` values written
+    within ``window`` env steps of it (NaN where none was), each weighted
+    by ``weights[step]`` (the episodes it averaged; 1 when absent)."""
+    out = []
+    for s in steps:
+        near = [(v, (weights or {}).get(t, 1.0)) for t, v in series
+                if abs(t - s) <= window]
+        total = sum(w for _, w in near)
+        out.append(sum(v * w for v, w in near) / total if total > 0
+                   else math.nan)
+    return out
+
+
+def default_window(steps: Sequence[int]) -> int:
+    """Half the median spacing of the evaluations (so that windows do not
+    overlap), or 0 for a single evaluation."""
+    if len(steps) < 2:
+        return 0
+    return int(np.median(np.diff(steps)) // 2)
+
+
+def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
+                rollouts: bool = False, window: Optional[int] = None
+                ) -> Tuple[List[int], List[Row]]:
+    """The run's evaluation steps and the rows of its report: for each
+    metric, the training environments' evaluation, the held-out one (if
+    the run has it) and the rollouts' (if asked), on the training
+    evaluations' steps.
+
+    Raises:
+        AlfError: a missing run or eval.csv, a metric that is not one of
+            eval.csv's columns, or ``rollouts`` on a run without summaries.
+    """
+    if not os.path.isdir(run_dir):
+        raise AlfError(f"--root_dir={run_dir}: no such folder")
+    train = read_curves(run_dir, EVAL_CSV)
+    steps = [int(s) for s in train["env_steps"]]
+    if not steps:
+        raise AlfError(f"{run_dir}/{EVAL_CSV} has no evaluation yet")
+    valid = [c for c in train if c != "env_steps"]
+    metrics = list(metrics or valid)
+    for m in metrics:
+        if m not in valid:
+            raise AlfError(f"--metrics: {m!r} is not a column of "
+                           f"{run_dir}/{EVAL_CSV}; valid: {valid}")
+    held = (read_curves(run_dir, HELD_OUT_CSV)
+            if os.path.isfile(os.path.join(run_dir, HELD_OUT_CSV)) else None)
+    summaries = read_rollouts(run_dir) if rollouts else {}
+    episodes = dict(summaries.get(EPISODES_TAG[len(ROLLOUT_PREFIX):], []))
+    if window is None:
+        window = default_window(steps)
+    policy = evaluation_policy(run_dir)
+    suffix = f" ({policy})" if policy else ""
+    rows: List[Row] = []
+    for m in metrics:
+        rows.append(("training" + suffix, m, list(train[m])))
+        if held is not None:
+            by_step = dict(zip((int(s) for s in held["env_steps"]),
+                               held.get(m, [])))
+            rows.append(("held out" + suffix, m,
+                         [by_step.get(s, math.nan) for s in steps]))
+        if rollouts:
+            rows.append((f"rollouts (sampling, ±{window})", m,
+                         window_means(summaries.get(m, []), steps, window,
+                                      episodes)))
+    return steps, rows
+
+
+def last_mean(values: Sequence[float], last: int) -> float:
+    """The mean of the last ``last`` values that are not NaN."""
+    kept = [v for v in values if not math.isnan(v)][-last:]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def _cell(v: float) -> str:
+    if math.isnan(v):
+        return ""
+    return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def format_markdown(steps: Sequence[int], rows: Sequence[Row],
+                    last: int = 3) -> str:
+    """The rows as a Markdown table, steps as ``82k``, with a last column
+    holding each row's mean over its last ``last`` evaluations."""
+    head = ["env steps"] + [f"{round(s / 1000)}k" if s >= 1000 else str(s)
+                            for s in steps] + [f"last {last}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for split, metric, values in rows:
+        cells = [f"{split}: {metric}"] + [_cell(v) for v in values]
+        cells.append(_cell(last_mean(values, last)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_rows(path: str, steps: Sequence[int], rows: Sequence[Row],
+              title: str) -> None:
+    """One panel per metric, one line per split."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display on servers and in tests
+    import matplotlib.pyplot as plt
+    metrics = list(dict.fromkeys(m for _, m, _ in rows))
+    fig, axes = plt.subplots(len(metrics), 1, squeeze=False,
+                             figsize=(7, 3.2 * len(metrics)), sharex=True)
+    for ax, metric in zip(axes[:, 0], metrics):
+        for split, m, values in rows:
+            if m == metric:
+                ax.plot(steps, values, marker=".", label=split)
+        ax.set(ylabel=metric.replace("_", " "))
+        ax.legend(fontsize="small")
+    axes[0, 0].set_title(title)
+    axes[-1, 0].set_xlabel("env steps")
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: List[str]) -> int:
+    """The absl entry point; returns the process exit code."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    FLAGS = flags.FLAGS
+    try:
+        if FLAGS.last < 1:
+            raise AlfError(f"--last={FLAGS.last}; it must be at least 1")
+        run_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+        steps, rows = report_rows(run_dir, FLAGS.metrics, FLAGS.rollouts,
+                                  FLAGS.window)
+        print(format_markdown(steps, rows, FLAGS.last))
+        if FLAGS.plot:
+            plot_rows(FLAGS.plot, steps, rows, os.path.basename(run_dir))
+            print(f"wrote {FLAGS.plot}")
+    except (AlfError, OSError) as e:
+        print(f"alf.bin.report: error: {one_line(e)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    flags.mark_flag_as_required("root_dir")
+    app.run(lambda argv: sys.exit(main(argv)))

@@ -1,0 +1,160 @@
+"""alf.bin.report: a run's evaluations and rollout summaries as one table."""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from alf.bin import report
+from alf.utils.errors import AlfError
+
+STEPS = [1000, 3000, 5000]
+
+
+def _write_csv(path, rows):
+    with open(path, "w") as f:
+        f.write("env_steps,average_return,route_completion\n")
+        f.writelines(f"{s},{r},{c}\n" for s, r, c in rows)
+
+
+def _write_events(run_dir, scalars):
+    """One event file under run_dir/train with ``scalars``: tag ->
+    [(step, value)]."""
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(os.path.join(run_dir, "train"))
+    for tag, points in scalars.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+def _run(tmp_path, deterministic="True", held_out=True):
+    run = tmp_path / "run"
+    run.mkdir()
+    _write_csv(run / "eval.csv", [(1000, 1.0, 0.1), (3000, 2.0, 0.3),
+                                  (5000, 3.0, 0.5)])
+    if held_out:  # its 3000-step evaluation is missing
+        _write_csv(run / "eval_held_out.csv", [(1000, 0.5, 0.2),
+                                               (5000, 1.5, 0.6)])
+    (run / "config.gin").write_text(
+        f"TrainerConfig.eval_deterministic = {deterministic}\n")
+    return str(run)
+
+
+def test_rows_put_splits_side_by_side_on_the_training_steps(tmp_path):
+    steps, rows = report.report_rows(_run(tmp_path), ["route_completion"])
+    assert steps == STEPS
+    (split_a, metric, train), (split_b, _, held) = rows
+    assert (split_a, split_b) == ("training (deterministic)",
+                                  "held out (deterministic)")
+    assert metric == "route_completion"
+    assert train == pytest.approx([0.1, 0.3, 0.5])
+    assert held[0] == pytest.approx(0.2) and math.isnan(held[1])
+    assert held[2] == pytest.approx(0.6)
+
+
+def test_default_metrics_are_every_column_and_policy_is_named(tmp_path):
+    steps, rows = report.report_rows(_run(tmp_path, "False", held_out=False))
+    assert [(s, m) for s, m, _ in rows] == [
+        ("training (sampling)", "average_return"),
+        ("training (sampling)", "route_completion")]
+
+
+def test_rollouts_are_episode_weighted_means_within_the_window(tmp_path):
+    run = _run(tmp_path)
+    _write_events(run, {
+        # 1000: (0.0 x 1 + 0.4 x 3) / 4; 3000: nothing within 500;
+        # 5000: the value at 5400 alone (6000 is outside the window).
+        "rollout/route_completion": [(800, 0.0), (1200, 0.4), (5400, 0.9),
+                                     (6000, 0.1)],
+        "rollout/episodes": [(800, 1), (1200, 3), (5400, 2), (6000, 5)],
+        "train/loss": [(1000, 7.0)]})
+    _, rows = report.report_rows(run, ["route_completion"], rollouts=True,
+                                 window=500)
+    label, _, values = rows[2]
+    assert label == "rollouts (sampling, ±500)"
+    assert values[0] == pytest.approx(0.3)
+    assert math.isnan(values[1])
+    assert values[2] == pytest.approx(0.9)
+
+
+def test_a_resumed_runs_later_event_file_wins(tmp_path):
+    run = _run(tmp_path)
+    _write_events(run, {"rollout/route_completion": [(1000, 0.1)]})
+    first = os.listdir(os.path.join(run, "train"))[0]
+    os.utime(os.path.join(run, "train", first), (1, 1))  # the older file
+    _write_events(run, {"rollout/route_completion": [(1000, 0.7)]})
+    series = report.read_rollouts(run)
+    assert series["route_completion"] == [(1000, pytest.approx(0.7))]
+
+
+def test_default_window_is_half_the_evaluation_spacing():
+    assert report.default_window([0, 1000, 3000, 4000]) == 500
+    assert report.default_window([7]) == 0
+
+
+def test_markdown_table_and_last_mean():
+    text = report.format_markdown(STEPS, [("training", "m", [0.1, math.nan,
+                                                             12.345])],
+                                  last=2)
+    head, rule, row = text.split("\n")
+    assert head == "| env steps | 1k | 3k | 5k | last 2 |"
+    assert rule == "| --- | --- | --- | --- | --- |"
+    # NaN is an empty cell, and the mean skips it: (0.1 + 12.345) / 2.
+    assert row == "| training: m | 0.10 |  | 12.3 | 6.22 |"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "no such folder"),
+    ("metric", "'nope' is not a column"),
+    ("rollouts", "no TensorBoard event file"),
+    ("empty", "has no evaluation yet"),
+])
+def test_errors_name_the_problem(tmp_path, case, message):
+    run = _run(tmp_path)
+    kwargs = {}
+    if case == "missing":
+        run = str(tmp_path / "absent")
+    elif case == "metric":
+        kwargs["metrics"] = ["nope"]
+    elif case == "rollouts":
+        kwargs["rollouts"] = True
+    else:
+        with open(os.path.join(run, "eval.csv"), "w") as f:
+            f.write("env_steps,average_return\n")
+    with pytest.raises(AlfError, match=message):
+        report.report_rows(run, **kwargs)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "alf.bin.report", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_prints_the_table_and_writes_the_plot(tmp_path):
+    run = _run(tmp_path)
+    _write_events(run, {"rollout/route_completion": [(1000, 0.2)]})
+    png = tmp_path / "curves.png"
+    out = _cli("--root_dir", run, "--metrics", "route_completion",
+               "--rollouts", "--plot", str(png))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[2].startswith("| training (deterministic): route_completion"
+                               " | 0.10 | 0.30 | 0.50 | 0.30 |")
+    assert lines[4].startswith("| rollouts (sampling, ±1000)")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--root_dir", "absent"], "--root_dir="),
+    (["--last", "0"], "--last=0; it must be at least 1"),
+])
+def test_cli_error_is_one_line_and_exit_code_1(tmp_path, args, message):
+    args = [str(tmp_path / a) if a == "absent" else a for a in args]
+    if "--root_dir" not in args:
+        args += ["--root_dir", _run(tmp_path)]
+    out = _cli(*args)
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\n") == 0
+    assert out.stderr.startswith("alf.bin.report: error: " + message)
