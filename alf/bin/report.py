@@ -6,20 +6,25 @@ deterministic evaluation can be read beside the policy that was trained.
 
     python -m alf.bin.report --root_dir RUN \
         [--metrics route_completion,success_rate] [--rollouts] \
-        [--window 41000] [--last 3] [--plot FILE.png]
+        [--window 41000] [--last 3] [--plot FILE.png] \
+        [--baseline DIR ...]
 
 Prints a Markdown table (one column per evaluation, one row per split and
 metric) and the mean of each row over its last ``--last`` evaluations;
-``--plot`` also draws the rows, one panel per metric. Reads only what the
-run wrote (eval.csv, eval_held_out.csv, train/events*), so it works on a
-run still training. Exit codes: 0, or 1 with a one-line error.
+``--plot`` also draws the rows, one panel per metric. ``--baseline DIR``
+adds a fixed policy evaluated the same way (a folder with its own eval.csv
+and eval_held_out.csv, e.g. those ``benchmarks/metadrive_baselines.py
+--out_dir`` writes for random actions and full throttle): its last
+evaluation, as a constant row and a dashed line. Reads only what the runs
+wrote (eval.csv, eval_held_out.csv, train/events*), so it works on a run
+still training. Exit codes: 0, or 1 with a one-line error.
 """
 import glob
 import math
 import os
 import re
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import app, flags
@@ -32,7 +37,14 @@ ROLLOUT_PREFIX = "rollout/"
 # summary; this one counts them, so that a window's mean weighs each episode
 # once.
 EPISODES_TAG = ROLLOUT_PREFIX + "episodes"
-Row = Tuple[str, str, List[float]]  # (split label, metric, value per step)
+
+
+class Row(NamedTuple):
+    """One row of the report."""
+    split: str  # which evaluation: "training (deterministic)", ...
+    metric: str
+    values: List[float]  # one per evaluation step (NaN: none there)
+    baseline: bool = False  # a fixed policy's constant
 
 
 def define_flags() -> None:
@@ -48,6 +60,9 @@ def define_flags() -> None:
     flags.DEFINE_integer("last", 3, "Summarise each row over its last N "
                          "evaluations.")
     flags.DEFINE_string("plot", None, "Also draw the rows into this PNG.")
+    flags.DEFINE_multi_string("baseline", None, "A fixed policy's folder "
+                              "(eval.csv, eval_held_out.csv) to show as "
+                              "constant rows; repeatable.")
 
 
 def evaluation_policy(run_dir: str) -> Optional[str]:
@@ -114,17 +129,47 @@ def default_window(steps: Sequence[int]) -> int:
     return int(np.median(np.diff(steps)) // 2)
 
 
+def baseline_rows(base_dir: str, metrics: Sequence[str], width: int
+                  ) -> List[Row]:
+    """A fixed policy's rows: the last evaluation in ``base_dir``'s
+    eval.csv (and eval_held_out.csv, if there), for each of ``metrics``,
+    repeated ``width`` times.
+
+    Raises:
+        AlfError: a missing folder or file, or a metric it lacks.
+    """
+    if not os.path.isdir(base_dir):
+        raise AlfError(f"--baseline={base_dir}: no such folder")
+    name = os.path.basename(os.path.normpath(base_dir))
+    rows = []
+    for csv_name, split in ((EVAL_CSV, "training"),
+                            (HELD_OUT_CSV, "held out")):
+        if csv_name == HELD_OUT_CSV and not os.path.isfile(
+                os.path.join(base_dir, csv_name)):
+            continue
+        curves = read_curves(base_dir, csv_name)
+        for m in metrics:
+            if not curves.get(m):
+                raise AlfError(f"--baseline={base_dir}: {csv_name} has no "
+                               f"{m!r} value")
+            rows.append(Row(f"{name}, {split}", m, [curves[m][-1]] * width,
+                            baseline=True))
+    return rows
+
+
 def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
-                rollouts: bool = False, window: Optional[int] = None
+                rollouts: bool = False, window: Optional[int] = None,
+                baselines: Sequence[str] = ()
                 ) -> Tuple[List[int], List[Row]]:
     """The run's evaluation steps and the rows of its report: for each
     metric, the training environments' evaluation, the held-out one (if
-    the run has it) and the rollouts' (if asked), on the training
-    evaluations' steps.
+    the run has it), the rollouts' (if asked) and the ``baselines``'
+    constants, on the training evaluations' steps.
 
     Raises:
         AlfError: a missing run or eval.csv, a metric that is not one of
-            eval.csv's columns, or ``rollouts`` on a run without summaries.
+            eval.csv's columns, ``rollouts`` on a run without summaries, or
+            a baseline folder without the metrics.
     """
     if not os.path.isdir(run_dir):
         raise AlfError(f"--root_dir={run_dir}: no such folder")
@@ -146,18 +191,21 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
         window = default_window(steps)
     policy = evaluation_policy(run_dir)
     suffix = f" ({policy})" if policy else ""
+    fixed = [r for b in baselines
+             for r in baseline_rows(b, metrics, len(steps))]
     rows: List[Row] = []
     for m in metrics:
-        rows.append(("training" + suffix, m, list(train[m])))
+        rows.append(Row("training" + suffix, m, list(train[m])))
         if held is not None:
             by_step = dict(zip((int(s) for s in held["env_steps"]),
                                held.get(m, [])))
-            rows.append(("held out" + suffix, m,
-                         [by_step.get(s, math.nan) for s in steps]))
+            rows.append(Row("held out" + suffix, m,
+                            [by_step.get(s, math.nan) for s in steps]))
         if rollouts:
-            rows.append((f"rollouts (sampling, ±{window})", m,
-                         window_means(summaries.get(m, []), steps, window,
-                                      episodes)))
+            rows.append(Row(f"rollouts (sampling, ±{window})", m,
+                            window_means(summaries.get(m, []), steps,
+                                         window, episodes)))
+        rows += [r for r in fixed if r.metric == m]
     return steps, rows
 
 
@@ -180,7 +228,7 @@ def format_markdown(steps: Sequence[int], rows: Sequence[Row],
     head = ["env steps"] + [f"{round(s / 1000)}k" if s >= 1000 else str(s)
                             for s in steps] + [f"last {last}"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for split, metric, values in rows:
+    for split, metric, values, _ in rows:
         cells = [f"{split}: {metric}"] + [_cell(v) for v in values]
         cells.append(_cell(last_mean(values, last)))
         lines.append("| " + " | ".join(cells) + " |")
@@ -189,19 +237,23 @@ def format_markdown(steps: Sequence[int], rows: Sequence[Row],
 
 def plot_rows(path: str, steps: Sequence[int], rows: Sequence[Row],
               title: str) -> None:
-    """One panel per metric, one line per split."""
+    """One panel per metric, one line per split (dashed: baselines)."""
     import matplotlib
     matplotlib.use("Agg")  # no display on servers and in tests
     import matplotlib.pyplot as plt
-    metrics = list(dict.fromkeys(m for _, m, _ in rows))
+    metrics = list(dict.fromkeys(r.metric for r in rows))
     fig, axes = plt.subplots(len(metrics), 1, squeeze=False,
                              figsize=(7, 3.2 * len(metrics)), sharex=True)
     for ax, metric in zip(axes[:, 0], metrics):
-        for split, m, values in rows:
-            if m == metric:
-                ax.plot(steps, values, marker=".", label=split)
+        for r in rows:
+            if r.metric == metric:
+                ax.plot(steps, r.values, label=r.split,
+                        **({"linestyle": "--"} if r.baseline else
+                           {"marker": "."}))
         ax.set(ylabel=metric.replace("_", " "))
-        ax.legend(fontsize="small")
+        # Outside the panel: the curves fill it.
+        ax.legend(fontsize="small", loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0))
     axes[0, 0].set_title(title)
     axes[-1, 0].set_xlabel("env steps")
     fig.savefig(path, bbox_inches="tight")
@@ -218,7 +270,9 @@ def main(argv: List[str]) -> int:
             raise AlfError(f"--last={FLAGS.last}; it must be at least 1")
         run_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
         steps, rows = report_rows(run_dir, FLAGS.metrics, FLAGS.rollouts,
-                                  FLAGS.window)
+                                  FLAGS.window, [
+                                      os.path.expanduser(b)
+                                      for b in FLAGS.baseline or ()])
         print(format_markdown(steps, rows, FLAGS.last))
         if FLAGS.plot:
             plot_rows(FLAGS.plot, steps, rows, os.path.basename(run_dir))

@@ -31,7 +31,7 @@ def _write_events(run_dir, scalars):
 
 def _run(tmp_path, deterministic="True", held_out=True):
     run = tmp_path / "run"
-    run.mkdir()
+    run.mkdir(parents=True)
     _write_csv(run / "eval.csv", [(1000, 1.0, 0.1), (3000, 2.0, 0.3),
                                   (5000, 3.0, 0.5)])
     if held_out:  # its 3000-step evaluation is missing
@@ -45,7 +45,7 @@ def _run(tmp_path, deterministic="True", held_out=True):
 def test_rows_put_splits_side_by_side_on_the_training_steps(tmp_path):
     steps, rows = report.report_rows(_run(tmp_path), ["route_completion"])
     assert steps == STEPS
-    (split_a, metric, train), (split_b, _, held) = rows
+    (split_a, metric, train, _), (split_b, _, held, _) = rows
     assert (split_a, split_b) == ("training (deterministic)",
                                   "held out (deterministic)")
     assert metric == "route_completion"
@@ -56,7 +56,7 @@ def test_rows_put_splits_side_by_side_on_the_training_steps(tmp_path):
 
 def test_default_metrics_are_every_column_and_policy_is_named(tmp_path):
     steps, rows = report.report_rows(_run(tmp_path, "False", held_out=False))
-    assert [(s, m) for s, m, _ in rows] == [
+    assert [(r.split, r.metric) for r in rows] == [
         ("training (sampling)", "average_return"),
         ("training (sampling)", "route_completion")]
 
@@ -72,7 +72,7 @@ def test_rollouts_are_episode_weighted_means_within_the_window(tmp_path):
         "train/loss": [(1000, 7.0)]})
     _, rows = report.report_rows(run, ["route_completion"], rollouts=True,
                                  window=500)
-    label, _, values = rows[2]
+    label, _, values, _ = rows[2]
     assert label == "rollouts (sampling, ±500)"
     assert values[0] == pytest.approx(0.3)
     assert math.isnan(values[1])
@@ -95,9 +95,8 @@ def test_default_window_is_half_the_evaluation_spacing():
 
 
 def test_markdown_table_and_last_mean():
-    text = report.format_markdown(STEPS, [("training", "m", [0.1, math.nan,
-                                                             12.345])],
-                                  last=2)
+    text = report.format_markdown(
+        STEPS, [report.Row("training", "m", [0.1, math.nan, 12.345])], last=2)
     head, rule, row = text.split("\n")
     assert head == "| env steps | 1k | 3k | 5k | last 2 |"
     assert rule == "| --- | --- | --- | --- | --- |"
@@ -105,11 +104,28 @@ def test_markdown_table_and_last_mean():
     assert row == "| training: m | 0.10 |  | 12.3 | 6.22 |"
 
 
+def test_baselines_are_constant_rows_after_the_runs_own(tmp_path):
+    base = tmp_path / "random"
+    base.mkdir()
+    _write_csv(base / "eval.csv", [(0, -1.0, 0.04)])
+    _write_csv(base / "eval_held_out.csv", [(0, -2.0, 0.03)])
+    steps, rows = report.report_rows(_run(tmp_path), ["route_completion"],
+                                     baselines=[str(base)])
+    assert [(r.split, r.values, r.baseline) for r in rows[2:]] == [
+        ("random, training", [0.04] * 3, True),
+        ("random, held out", [0.03] * 3, True)]
+    (base / "eval.csv").write_text("env_steps,average_return\n0,1.0\n")
+    with pytest.raises(AlfError, match="has no 'route_completion' value"):
+        report.report_rows(_run(tmp_path / "b"), ["route_completion"],
+                           baselines=[str(base)])
+
+
 @pytest.mark.parametrize("case, message", [
     ("missing", "no such folder"),
     ("metric", "'nope' is not a column"),
     ("rollouts", "no TensorBoard event file"),
     ("empty", "has no evaluation yet"),
+    ("baseline", "--baseline=.*: no such folder"),
 ])
 def test_errors_name_the_problem(tmp_path, case, message):
     run = _run(tmp_path)
@@ -120,6 +136,8 @@ def test_errors_name_the_problem(tmp_path, case, message):
         kwargs["metrics"] = ["nope"]
     elif case == "rollouts":
         kwargs["rollouts"] = True
+    elif case == "baseline":
+        kwargs["baselines"] = [str(tmp_path / "absent")]
     else:
         with open(os.path.join(run, "eval.csv"), "w") as f:
             f.write("env_steps,average_return\n")
