@@ -5,7 +5,8 @@ dimensions named to sample and fixed offsets added to others.
     python benchmarks/action_probe.py --root_dir RUN [--checkpoint latest] \
         [--episodes 10] [--variant det --variant sample \
          --variant 'sample:0' --variant 'offset:1=-0.3' \
-         --variant 'jitter:1e-6,1'] [--watch 3] [--seed 0]
+         --variant 'jitter:1e-6,1' --variant 'echo:0=4,0=5,1=6'] \
+        [--watch 3] [--seed 0]
 
 A variant is ``det`` (the deterministic policy), ``sample`` (the sampling
 policy), ``sample:D[,D...]`` (sample dimensions D, the mean for the rest),
@@ -13,7 +14,13 @@ policy), ``sample:D[,D...]`` (sample dimensions D, the mean for the rest),
 D, clipped to the action box) or ``jitter:X,S`` (the deterministic action
 plus noise uniform in [-X, X] on every dimension, drawn from a generator
 seeded S: with X near a float32's rounding, ~1e-7, how much of a
-deterministic score a simulator's chaos decides). Every variant plays the
+deterministic score a simulator's chaos decides) or ``echo:D=I[,D=I...]``
+(the deterministic action, but raw observation entry ``I`` shows, as
+``(a_D + 1) / 2``, dimension ``D`` of an action the sampling policy drew
+at the previous step and that was never applied: whether the policy
+drives on the noise it sees in its own previous action, which
+MetaDrive's state observation carries in entries 4-6; an episode's first
+step, where those read 0.5, is left as it is). Every variant plays the
 same episodes (episode ``e`` from seed ``--seed + e``, the sampled noise
 seeded likewise), one after the other in this process. ``--watch I``
 also reports the mean of raw observation entry ``I`` over each variant's
@@ -25,7 +32,7 @@ run of 2026-11-26 this is how the gap between its deterministic and its
 sampling policy was traced to speed (docs/metadrive.md).
 """
 import argparse
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -33,39 +40,60 @@ import torch
 from alf.bin.play import play
 
 
-def parse_variant(text: str) -> Tuple[List[int], Dict[int, float],
-                                      Optional[Tuple[float, int]]]:
-    """``text`` as (dimensions to sample, offsets by dimension, jitter
-    (size, seed) or None); all dimensions to sample for ``sample``."""
+class Variant(NamedTuple):
+    """One ``--variant``: dimensions to sample (``[-1]``: all), offsets
+    by dimension, jitter (size, seed) and echoes (observation entry ->
+    action dimension)."""
+    sample: List[int]
+    offsets: Dict[int, float]
+    jitter: Optional[Tuple[float, int]] = None
+    echo: Dict[int, int] = {}
+
+
+def parse_variant(text: str) -> Variant:
+    """``text`` as a `Variant` (the forms are in the module's doc)."""
     kind, _, spec = text.partition(":")
     try:
+        pairs = [p.split("=") for p in spec.split(",")] if spec else []
         if kind == "det" and not spec:
-            return [], {}, None
+            return Variant([], {})
         if kind == "sample":
-            return ([int(d) for d in spec.split(",")] if spec else [-1]), \
-                {}, None
+            return Variant([int(d) for d in spec.split(",")] if spec
+                           else [-1], {})
         if kind == "offset" and spec:
-            pairs = (p.split("=") for p in spec.split(","))
-            return [], {int(d): float(x) for d, x in pairs}, None
+            return Variant([], {int(d): float(x) for d, x in pairs})
         if kind == "jitter" and spec:
             size, seed = spec.split(",")
-            return [], {}, (float(size), int(seed))
+            return Variant([], {}, (float(size), int(seed)))
+        if kind == "echo" and spec:
+            return Variant([], {}, echo={int(i): int(d) for d, i in pairs})
     except ValueError:
         pass
     raise SystemExit(f"action_probe: --variant {text!r}; valid: det, sample, "
-                     "sample:D[,D...], offset:D=X[,D=X...] or jitter:X,S")
+                     "sample:D[,D...], offset:D=X[,D=X...], jitter:X,S or "
+                     "echo:D=I[,D=I...]")
 
 
-def make_act(sample: List[int], offsets: Dict[int, float], watch: int,
-             seen: List[float],
-             jitter: Optional[Tuple[float, int]] = None) -> Callable:
+def make_act(variant: Variant, watch: int, seen: List[float]) -> Callable:
     """An ``act`` for `alf.bin.play.play` (see the module's doc)."""
+    sample, offsets, jitter, echo = variant
     generator = None
     if jitter is not None:
         generator = torch.Generator().manual_seed(jitter[1])
+    drawn_before: List[torch.Tensor] = []
 
     def act(algorithm, obs, raw):
+        if echo and drawn_before and not all(
+                float(raw[0, i]) == 0.5 for i in echo):
+            raw = raw.clone()
+            for i, d in echo.items():
+                raw[:, i] = ((drawn_before[0][:, d] + 1) / 2).clamp(0, 1)
+            obs = algorithm.observe(raw, update=False)
         dist = algorithm.actor(obs)
+        if echo:
+            space = algorithm.action_space
+            drawn_before[:] = [dist.sample().clamp(
+                torch.as_tensor(space.low), torch.as_tensor(space.high))]
         action = dist.mode().clone()
         if sample:
             drawn = dist.sample()
@@ -107,11 +135,10 @@ def main() -> None:
                               if args.watch >= 0 else "") +
           "   per episode: route completion")
     for text in variants:
-        sample, offsets, jitter = parse_variant(text)
         seen: List[float] = []
         rows = play(args.root_dir, args.checkpoint, args.episodes,
                     gin_params=args.gin_param, seed=args.seed,
-                    act=make_act(sample, offsets, args.watch, seen, jitter))
+                    act=make_act(parse_variant(text), args.watch, seen))
         mean = lambda k: float(np.mean([r.get(k, np.nan)  # noqa: E731
                                         for r in rows]))
         line = (f"{text:<22} {mean('route_completion'):16.3f} "

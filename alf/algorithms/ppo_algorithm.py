@@ -236,6 +236,18 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             is left, and with ``end < 1`` they go on learning at the final
             noise. ``(start, final)`` ends at the end of training. None: the
             configured scale throughout.
+        explore_fraction: the probability that an environment's step
+            samples its action; the other steps act with the policy's mode
+            (its deterministic action). 1: every step samples (PPO). Below
+            1 the behaviour is a mixture that drives mostly as the
+            deterministic policy will, so the advantages, and the
+            gradient the sampled steps give the mode, are those of the
+            deterministic policy's own states, not of a car weaved and
+            slowed by noise on every step (docs/metadrive.md). A mode step
+            follows a point mass: its stored log-density is +inf, its
+            likelihood ratio 0, and the policy loss, its KL and clip
+            fraction average over the sampled steps alone (values and
+            advantages use every step).
     """
 
     # Unrolls ended early: shorter (sync), or with environments ended at
@@ -260,8 +272,14 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  reward_scale: float = 1.0, uneven_batches: bool = False,
                  log_std_bound: Optional[Tuple[float, float]] = None,
                  beta_concentration_schedule: Optional[
-                     Tuple[float, ...]] = None):
+                     Tuple[float, ...]] = None,
+                 explore_fraction: float = 1.0):
         check_learning_rate("PPOAlgorithm", learning_rate)
+        if not 0.0 < explore_fraction <= 1.0:
+            raise ConfigError(f"PPOAlgorithm.explore_fraction="
+                              f"{explore_fraction!r}; valid: a number in "
+                              f"(0, 1]")
+        self._explore_fraction = explore_fraction
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
@@ -313,7 +331,16 @@ class PPOAlgorithm(OnPolicyAlgorithm):
     def rollout_step(self, observation) -> AlgStep:
         dist = self.actor(observation)
         action = dist.sample()
-        return AlgStep(output=action, info=dist.log_prob(action))
+        log_prob = dist.log_prob(action)
+        if self._explore_fraction < 1.0:
+            explore = torch.rand(log_prob.shape, device=log_prob.device
+                                 ) < self._explore_fraction
+            log_prob = torch.where(explore, log_prob,
+                                   torch.full_like(log_prob, math.inf))
+            explore = explore.view(explore.shape + (1, ) * (
+                action.dim() - explore.dim()))
+            action = torch.where(explore, action, dist.mode())
+        return AlgStep(output=action, info=log_prob)
 
     # ---- training -----------------------------------------------------
     def train_on_unroll(self, exp: Experience, progress: float):
@@ -447,11 +474,16 @@ class PPOAlgorithm(OnPolicyAlgorithm):
 
     def calc_loss(self, mb: PPOBatch, info: PPOTrainInfo) -> LossInfo:
         adv = mb.advantage  # standardised per minibatch if configured
-        log_ratio = info.log_prob - mb.log_prob
+        # Steps that acted with the mode (explore_fraction < 1) store a
+        # log-density of +inf: no ratio, no share of the policy terms.
+        sampled = torch.isfinite(mb.log_prob)
+        mean = lambda x: torch.where(sampled, x, 0.0).sum() / (  # noqa
+            sampled.sum().clamp(min=1))
+        log_ratio = torch.where(sampled, info.log_prob - mb.log_prob, 0.0)
         ratio = log_ratio.exp()
         clip = self._clip_now
-        policy_loss = -torch.min(ratio * adv,
-                                 ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+        policy_loss = -mean(torch.min(ratio * adv,
+                                      ratio.clamp(1 - clip, 1 + clip) * adv))
 
         value_err = (info.value - mb.returns).square()
         if self._value_clip is not None:
@@ -465,9 +497,10 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         with torch.no_grad():
             # How far this iteration's updates moved the policy (what
             # target_kl bounds), not how far it is from the behaviour policy.
-            kl_log_ratio = info.log_prob - mb.start_log_prob
-            approx_kl = (kl_log_ratio.exp() - 1 - kl_log_ratio).mean()
-            clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+            kl_log_ratio = torch.where(
+                sampled, info.log_prob - mb.start_log_prob, 0.0)
+            approx_kl = mean(kl_log_ratio.exp() - 1 - kl_log_ratio)
+            clip_fraction = mean(((ratio - 1).abs() > clip).float())
         return LossInfo(loss, dict(policy_loss=policy_loss.detach(),
                                    value_loss=value_loss.detach(),
                                    entropy=entropy.detach(),

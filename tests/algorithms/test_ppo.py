@@ -86,14 +86,19 @@ def test_minibatch_advantages_are_standardised_per_minibatch():
 
 
 @pytest.mark.timeout(120)
-def test_ppo_learns_cart_pole(tmp_path):
-    """A short run (15k env steps) clearly beats a random policy (~22)."""
+@pytest.mark.parametrize("extra", [
+    [], ["PPOAlgorithm.explore_fraction=0.5",
+         'TrainerConfig.unroll_mode="async"']])
+def test_ppo_learns_cart_pole(tmp_path, extra):
+    """A short run (15k env steps) clearly beats a random policy (~22);
+    also with half the steps acting with the mode, through the actor
+    processes (whose stored log-densities carry the +inf)."""
     import gin
     import alf.trainers
     alf.trainers.parse_config(["ppo_cart_pole.gin"], [
         "TrainerConfig.num_env_steps=15360", "TrainerConfig.eval_interval=0",
         "TrainerConfig.seed=1"
-    ])
+    ] + extra)
     try:
         metrics = Trainer(str(tmp_path)).train()
     finally:
@@ -433,3 +438,62 @@ def test_a_run_resumed_under_a_schedule_of_the_other_form_loads():
     categorical = ActorDistributionNetwork(
         gym.spaces.Box(-1, 1, (3, )), gym.spaces.Discrete(2))
     categorical.load_state_dict(categorical.state_dict())
+
+
+def test_explore_fraction_acts_with_the_mode_on_the_other_steps():
+    torch.manual_seed(0)
+    alg = _gaussian_ppo(explore_fraction=0.25)
+    obs = torch.randn(4000, 3)
+    step = alg.rollout_step(obs)
+    dist = alg.actor(obs)
+    sampled = torch.isfinite(step.info)
+    assert 0.22 < sampled.float().mean().item() < 0.28
+    # Mode steps: the deterministic action and a point mass's +inf.
+    assert torch.equal(step.output[~sampled], dist.mode()[~sampled])
+    assert torch.all(step.info[~sampled] == math.inf)
+    # Sampled steps: a draw (never the mode) and its own log-density.
+    assert not torch.isclose(step.output[sampled],
+                             dist.mode()[sampled]).all(-1).any()
+    torch.testing.assert_close(step.info[sampled],
+                               dist.log_prob(step.output)[sampled])
+    # Negative control: the default samples every step.
+    assert torch.isfinite(_gaussian_ppo().rollout_step(obs).info).all()
+
+
+def test_explore_fraction_with_discrete_actions():
+    torch.manual_seed(0)
+    step = _ppo(explore_fraction=0.5).rollout_step(torch.randn(1000, 2))
+    assert step.output.shape == (1000, )
+    assert 0.45 < torch.isfinite(step.info).float().mean().item() < 0.55
+
+
+def test_mode_steps_take_no_part_in_the_policy_terms():
+    alg = _ppo(clip_ratio=0.2, value_loss_coef=0.5)
+    batch, info = _batch(), _info()
+    # A fourth step that acted with the mode: it changes the value loss
+    # only.
+    mixed = PPOBatch(*[torch.cat([x, x[:1]]) for x in batch])
+    mixed = mixed._replace(log_prob=torch.cat(
+        [batch.log_prob, torch.tensor([math.inf])]),
+        start_log_prob=torch.cat([batch.start_log_prob,
+                                  torch.tensor([math.inf])]))
+    new = PPOTrainInfo(*[torch.cat([x, x[:1]]).requires_grad_()
+                         for x in info])
+    loss = alg.calc_loss(mixed, new)
+    alone = alg.calc_loss(batch, info)
+    for key in ("policy_loss", "approx_kl", "clip_fraction"):
+        assert loss.extra[key].item() == pytest.approx(
+            alone.extra[key].item(), abs=1e-6), key
+    assert loss.extra["value_loss"].item() == pytest.approx(
+        0.5 * ((1.5 - 2)**2 + 1 + (2 - 2.5)**2 + (1.5 - 2)**2) / 4)
+    loss.loss.backward()
+    assert torch.isfinite(new.log_prob.grad).all()
+    # Steps 2 and 3 are clipped (no gradient); step 1 is not.
+    assert new.log_prob.grad[3] == 0 and new.log_prob.grad[0] != 0
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.5, -0.1])
+def test_an_explore_fraction_outside_0_1_is_refused(fraction):
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError, match="explore_fraction"):
+        _ppo(explore_fraction=fraction)
