@@ -65,18 +65,34 @@ def define_flags() -> None:
                               "constant rows; repeatable.")
 
 
-def evaluation_policy(run_dir: str) -> Optional[str]:
-    """``"deterministic"`` or ``"sampling"``: how the run evaluated, from
-    its config.gin (None when the file does not say)."""
+def _binding(run_dir: str, name: str) -> Optional[str]:
+    """The value ``name`` is bound to in the run's config.gin, as written
+    (None when the file or the binding is missing)."""
     path = os.path.join(run_dir, "config.gin")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
-        m = re.search(r"^TrainerConfig\.eval_deterministic\s*=\s*(\w+)",
-                      f.read(), re.M)
-    if m is None:
+        m = re.search(rf"^{re.escape(name)}\s*=\s*(\S+)", f.read(), re.M)
+    return None if m is None else m.group(1)
+
+
+def evaluation_policy(run_dir: str) -> Optional[str]:
+    """``"deterministic"`` or ``"sampling"``: how the run evaluated, from
+    its config.gin (None when the file does not say)."""
+    value = _binding(run_dir, "TrainerConfig.eval_deterministic")
+    if value is None:
         return None
-    return "deterministic" if m.group(1) == "True" else "sampling"
+    return "deterministic" if value == "True" else "sampling"
+
+
+def behaviour_policy(run_dir: str) -> str:
+    """How the run's rollouts acted: ``"sampling"``, or with
+    ``PPOAlgorithm.explore_fraction`` below 1 the share of steps that
+    sampled (the rest acted with the mode)."""
+    value = _binding(run_dir, "PPOAlgorithm.explore_fraction")
+    if value is None or float(value) >= 1.0:
+        return "sampling"
+    return f"sampling {float(value):.0%} of steps"
 
 
 def read_rollouts(run_dir: str) -> Dict[str, List[Tuple[int, float]]]:
@@ -191,6 +207,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
         window = default_window(steps)
     policy = evaluation_policy(run_dir)
     suffix = f" ({policy})" if policy else ""
+    behaviour = behaviour_policy(run_dir)
     fixed = [r for b in baselines
              for r in baseline_rows(b, metrics, len(steps))]
     rows: List[Row] = []
@@ -202,7 +219,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
             rows.append(Row("held out" + suffix, m,
                             [by_step.get(s, math.nan) for s in steps]))
         if rollouts:
-            rows.append(Row(f"rollouts (sampling, ±{window})", m,
+            rows.append(Row(f"rollouts ({behaviour}, ±{window})", m,
                             window_means(summaries.get(m, []), steps,
                                          window, episodes)))
         rows += [r for r in fixed if r.metric == m]

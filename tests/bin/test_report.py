@@ -176,3 +176,16 @@ def test_cli_error_is_one_line_and_exit_code_1(tmp_path, args, message):
     assert out.returncode == 1
     assert out.stderr.strip().count("\n") == 0
     assert out.stderr.startswith("alf.bin.report: error: " + message)
+
+
+def test_rollouts_of_a_run_that_sampled_a_fraction_of_steps_say_so(
+        tmp_path):
+    run = _run(tmp_path)
+    with open(os.path.join(run, "config.gin"), "a") as f:
+        f.write("PPOAlgorithm.explore_fraction = 0.25\n")
+    _write_events(run, {"rollout/route_completion": [(1000, 0.5)],
+                        "rollout/episodes": [(1000, 1)]})
+    _, rows = report.report_rows(run, ["route_completion"], rollouts=True,
+                                 window=500)
+    assert rows[2].split == "rollouts (sampling 25% of steps, ±500)"
+    assert report.behaviour_policy(str(tmp_path)) == "sampling"  # no file
