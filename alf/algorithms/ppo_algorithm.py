@@ -85,6 +85,25 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
     return found
 
 
+def _check_explore_fraction(fraction, schedule) -> None:
+    """Refuses an explore fraction or schedule PPO cannot act with."""
+    if (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+            or not 0.0 < fraction <= 1.0):
+        raise ConfigError(f"PPOAlgorithm.explore_fraction={fraction!r}; "
+                          f"valid: a number in (0, 1]")
+    if schedule is None:
+        return
+    if (not isinstance(schedule, (tuple, list)) or len(schedule) != 3
+            or not all(isinstance(x, (int, float))
+                       and not isinstance(x, bool) for x in schedule)
+            or not 0.0 <= schedule[0] < schedule[1] <= 1.0
+            or not 0.0 < schedule[2] <= 1.0):
+        raise ConfigError(
+            f"PPOAlgorithm.explore_fraction_schedule={schedule!r}; valid: "
+            f"(start, end, final) with 0 <= start < end <= 1 and final in "
+            f"(0, 1]")
+
+
 def _beta_actors(actor, schedule) -> List[ActorDistributionNetwork]:
     """The Beta policies of ``actor`` whose concentrations ``schedule``
     (PPO's ``beta_concentration_schedule``) scales, each with a scale per
@@ -273,16 +292,24 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  log_std_bound: Optional[Tuple[float, float]] = None,
                  beta_concentration_schedule: Optional[
                      Tuple[float, ...]] = None,
-                 explore_fraction: float = 1.0):
+                 explore_fraction: float = 1.0,
+                 explore_fraction_schedule: Optional[
+                     Tuple[float, float, float]] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
-        if not 0.0 < explore_fraction <= 1.0:
-            raise ConfigError(f"PPOAlgorithm.explore_fraction="
-                              f"{explore_fraction!r}; valid: a number in "
-                              f"(0, 1]")
-        self._explore_fraction = explore_fraction
+        _check_explore_fraction(explore_fraction, explore_fraction_schedule)
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,
                          normalize_observations=normalize_observations)
+        self._explore_fraction = explore_fraction
+        self._explore_start = explore_fraction
+        self._explore_schedule = explore_fraction_schedule
+        if explore_fraction_schedule is not None:
+            # The scheduled fraction is in checkpoints, so that a resumed
+            # run's first unroll acts as the interrupted one's next would.
+            self.register_buffer("explore_fraction_now",
+                                 torch.tensor(float(explore_fraction)))
+            self.register_load_state_dict_post_hook(
+                lambda module, keys: module._read_explore_fraction())
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early
         scheduled(0.0, clip_schedule, 0.0)
         self.actor = actor_network_ctor(observation_space, action_space)
@@ -350,7 +377,26 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.scale_beta_concentrations(progress)
         stats = self.train_on_batch(self._prepare_batch(exp))
         self.bound_log_std(progress)
+        self.schedule_explore_fraction(progress)
+        if self._explore_schedule is not None:
+            stats["explore_fraction"] = self.explore_fraction_now.clone()
         return stats
+
+    def schedule_explore_fraction(self, progress: float) -> None:
+        """Sets the explore fraction of the next unroll for ``progress``
+        (``explore_fraction_schedule``; every rank alike)."""
+        if self._explore_schedule is None:
+            return
+        start, end, final = self._explore_schedule
+        t = min(max((progress - start) / (end - start), 0.0), 1.0)
+        self.explore_fraction_now.fill_(
+            self._explore_start + (final - self._explore_start) * t)
+        self._read_explore_fraction()
+
+    def _read_explore_fraction(self) -> None:
+        # A plain float, so that acting reads no tensor and the actor
+        # processes receive it with the other scalars (`acting_state`).
+        self._explore_fraction = float(self.explore_fraction_now)
 
     def bound_log_std(self, progress: float) -> None:
         """Clamps the policy's log std to ``log_std_bound`` at ``progress``

@@ -497,3 +497,40 @@ def test_an_explore_fraction_outside_0_1_is_refused(fraction):
     from alf.utils.errors import ConfigError
     with pytest.raises(ConfigError, match="explore_fraction"):
         _ppo(explore_fraction=fraction)
+
+
+def test_explore_fraction_schedule_moves_the_fraction_to_actors_and_checkpoints():
+    """``(start, end, final)``: the fraction waits, falls linearly, holds;
+    the actor processes act with it and a resumed run starts from it."""
+    torch.manual_seed(0)
+    alg = _gaussian_ppo(explore_fraction_schedule=(0.5, 0.75, 0.25))
+    exp = _box_unroll(margin=0.1)
+    obs = torch.randn(4000, 3)
+    for progress, fraction in ((0.25, 1.0), (0.625, 0.625), (0.75, 0.25),
+                               (1.0, 0.25)):
+        stats = alg.train_on_unroll(exp, progress)
+        assert stats["explore_fraction"].item() == pytest.approx(fraction)
+        sampled = torch.isfinite(alg.rollout_step(obs).info).float().mean()
+        assert sampled.item() == pytest.approx(fraction, abs=0.03)
+    actor_copy = _gaussian_ppo(explore_fraction_schedule=(0.5, 0.75, 0.25))
+    actor_copy.load_acting_state(alg.acting_state())
+    assert torch.isfinite(actor_copy.rollout_step(obs).info).float().mean(
+    ).item() == pytest.approx(0.25, abs=0.03)
+    resumed = _gaussian_ppo(explore_fraction_schedule=(0.5, 0.75, 0.25))
+    assert torch.isfinite(resumed.rollout_step(obs).info).all()
+    resumed.load_state_dict(alg.state_dict())
+    assert torch.isfinite(resumed.rollout_step(obs).info).float().mean(
+    ).item() == pytest.approx(0.25, abs=0.03)
+    # Without a schedule nothing is added to the checkpoint or the stats.
+    plain = _gaussian_ppo(explore_fraction=0.5)
+    assert "explore_fraction_now" not in plain.state_dict()
+    assert "explore_fraction" not in plain.train_on_unroll(exp, 0.5)
+
+
+@pytest.mark.parametrize("bad", [(0.5, 0.5, 0.25), (0.2, 1.5, 0.25),
+                                 (0.2, 0.8, 0.0), (0.2, 0.8, 1.5),
+                                 (0.2, 0.25), "linear"])
+def test_a_bad_explore_fraction_schedule_is_refused(bad):
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError, match="explore_fraction_schedule"):
+        _ppo(explore_fraction_schedule=bad)
