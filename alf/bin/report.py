@@ -19,6 +19,7 @@ evaluation, as a constant row and a dashed line. Reads only what the runs
 wrote (eval.csv, eval_held_out.csv, train/events*), so it works on a run
 still training. Exit codes: 0, or 1 with a one-line error.
 """
+import ast
 import glob
 import math
 import os
@@ -65,14 +66,17 @@ def define_flags() -> None:
                               "constant rows; repeatable.")
 
 
-def _binding(run_dir: str, name: str) -> Optional[str]:
+def _binding(run_dir: str, name: str, whole_line: bool = False
+             ) -> Optional[str]:
     """The value ``name`` is bound to in the run's config.gin, as written
-    (None when the file or the binding is missing)."""
+    (None when the file or the binding is missing): its first word, or
+    with ``whole_line`` the rest of the line (a tuple's spaces)."""
     path = os.path.join(run_dir, "config.gin")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
-        m = re.search(rf"^{re.escape(name)}\s*=\s*(\S+)", f.read(), re.M)
+        value = r"(.*?)\s*$" if whole_line else r"(\S+)"
+        m = re.search(rf"^{re.escape(name)}\s*=\s*{value}", f.read(), re.M)
     return None if m is None else m.group(1)
 
 
@@ -88,11 +92,20 @@ def evaluation_policy(run_dir: str) -> Optional[str]:
 def behaviour_policy(run_dir: str) -> str:
     """How the run's rollouts acted: ``"sampling"``, or with
     ``PPOAlgorithm.explore_fraction`` below 1 the share of steps that
-    sampled (the rest acted with the mode)."""
+    sampled (the rest acted with the mode), moving from one share to
+    another over training under ``PPOAlgorithm.explore_fraction_schedule``.
+    """
     value = _binding(run_dir, "PPOAlgorithm.explore_fraction")
-    if value is None or float(value) >= 1.0:
+    fraction = 1.0 if value is None else float(value)
+    schedule = _binding(run_dir, "PPOAlgorithm.explore_fraction_schedule",
+                        whole_line=True)
+    if schedule is not None and schedule != "None":
+        start, end, final = ast.literal_eval(schedule)
+        return (f"sampling {fraction:.0%} to {final:.0%} of steps over "
+                f"{start:.0%}-{end:.0%} of training")
+    if fraction >= 1.0:
         return "sampling"
-    return f"sampling {float(value):.0%} of steps"
+    return f"sampling {fraction:.0%} of steps"
 
 
 def read_rollouts(run_dir: str) -> Dict[str, List[Tuple[int, float]]]:

@@ -189,3 +189,8 @@ def test_rollouts_of_a_run_that_sampled_a_fraction_of_steps_say_so(
                                  window=500)
     assert rows[2].split == "rollouts (sampling 25% of steps, ±500)"
     assert report.behaviour_policy(str(tmp_path)) == "sampling"  # no file
+    with open(os.path.join(run, "config.gin"), "a") as f:
+        f.write("PPOAlgorithm.explore_fraction_schedule = (0.5, 0.75, 0.2)"
+                "\n")
+    assert report.behaviour_policy(run) == (
+        "sampling 25% to 20% of steps over 50%-75% of training")
