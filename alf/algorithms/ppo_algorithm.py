@@ -19,7 +19,8 @@ import torch
 from alf.algorithms.algorithm import check_learning_rate
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
-from alf.networks.actor import ActorDistributionNetwork, per_dimension
+from alf.networks.actor import (ActorDistributionNetwork, PerDimension,
+                                per_dimension)
 from alf.networks.value import ValueNetwork
 from alf.replay_buffers import minibatch_indices
 from alf.utils import distributed
@@ -83,6 +84,32 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
             "state-independent log std; the policy has "
             "state_dependent_std=True (use one or the other)")
     return found
+
+
+def _deterministic_offset(action_space, offset
+                          ) -> Optional[Tuple[torch.Tensor, ...]]:
+    """(offset, low, high) of ``PPOAlgorithm.deterministic_offset`` (None
+    for none), refused for actions it cannot shift."""
+    if offset is None:
+        return None
+    if (not isinstance(action_space, gym.spaces.Box)
+            or len(action_space.shape) != 1):
+        raise ConfigError(f"PPOAlgorithm.deterministic_offset={offset!r} "
+                          f"needs a one-dimensional Box action space, not "
+                          f"{action_space}")
+    dims = action_space.shape[0]
+    if isinstance(offset, dict):
+        # {dimension: offset}: the dimensions not named keep their mode.
+        if not all(isinstance(d, int) and 0 <= d < dims
+                   for d in offset):
+            raise ConfigError(f"PPOAlgorithm.deterministic_offset="
+                              f"{offset!r}; valid: a number, one per action "
+                              f"dimension ({dims}), or {{dimension: number}}"
+                              f" with dimensions in 0..{dims - 1}")
+        offset = [offset.get(d, 0.0) for d in range(dims)]
+    return (per_dimension(offset, dims, "PPOAlgorithm.deterministic_offset"),
+            torch.as_tensor(action_space.low, dtype=torch.float32),
+            torch.as_tensor(action_space.high, dtype=torch.float32))
 
 
 def _check_explore_fraction(fraction, schedule) -> None:
@@ -267,6 +294,25 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             likelihood ratio 0, and the policy loss, its KL and clip
             fraction average over the sampled steps alone (values and
             advantages use every step).
+        explore_fraction_schedule: ``(start, end, final)``: the explore
+            fraction stays at ``explore_fraction`` until progress ``start``,
+            moves linearly to ``final`` at progress ``end`` and stays there
+            (set after each iteration's updates, for the next unroll; in
+            checkpoints and sent to the actors). With ``explore_fraction=1``
+            the policy learns at its full noise first and then, sampling
+            less, on the states of its own deterministic car. None: the
+            fraction is constant.
+        deterministic_offset: added to the deterministic action (the
+            policy's mode, clipped to the action box) where the policy acts
+            deterministically (evaluations, ``alf.bin.play``), the sum
+            clipped to the box again: a number, one per action dimension,
+            or ``{dimension: number}`` (the others 0); Box actions only.
+            The training rollouts do not use it. A mean learnt under
+            exploration noise is the mean for a noisy agent (on MetaDrive
+            the noise slows the car and its mean alone drives too fast);
+            a constant offset is the cheapest correction, and
+            ``alf.bin.calibrate`` chooses it on the training environments.
+            None: the mode.
     """
 
     # Unrolls ended early: shorter (sync), or with environments ended at
@@ -294,7 +340,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                      Tuple[float, ...]] = None,
                  explore_fraction: float = 1.0,
                  explore_fraction_schedule: Optional[
-                     Tuple[float, float, float]] = None):
+                     Tuple[float, float, float]] = None,
+                 deterministic_offset: Optional[PerDimension] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
         _check_explore_fraction(explore_fraction, explore_fraction_schedule)
         check_minibatch_size(config, config.world_size)
@@ -313,6 +360,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early
         scheduled(0.0, clip_schedule, 0.0)
         self.actor = actor_network_ctor(observation_space, action_space)
+        self._offset = _deterministic_offset(action_space,
+                                             deterministic_offset)
         self.value_net = value_network_ctor(observation_space)
         self._log_std_bound = log_std_bound
         self._log_stds = _log_std_parameters(self.actor, log_std_bound)
@@ -353,7 +402,14 @@ class PPOAlgorithm(OnPolicyAlgorithm):
     acting_modules = ("actor", )  # what rollout_step reads
 
     def predict_step(self, observation) -> AlgStep:
-        return AlgStep(output=self.actor(observation).mode())
+        mode = self.actor(observation).mode()
+        if self._offset is not None:
+            offset, low, high = (t.to(mode) for t in self._offset)
+            # From the action the environment takes: a Gaussian's mean
+            # beyond the box is clipped there first.
+            mode = torch.minimum(torch.maximum(mode, low), high) + offset
+            mode = torch.minimum(torch.maximum(mode, low), high)
+        return AlgStep(output=mode)
 
     def rollout_step(self, observation) -> AlgStep:
         dist = self.actor(observation)
@@ -379,7 +435,8 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         self.bound_log_std(progress)
         self.schedule_explore_fraction(progress)
         if self._explore_schedule is not None:
-            stats["explore_fraction"] = self.explore_fraction_now.clone()
+            stats["explore_fraction"] = self.get_buffer(
+                "explore_fraction_now").clone()
         return stats
 
     def schedule_explore_fraction(self, progress: float) -> None:
@@ -389,14 +446,15 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             return
         start, end, final = self._explore_schedule
         t = min(max((progress - start) / (end - start), 0.0), 1.0)
-        self.explore_fraction_now.fill_(
+        self.get_buffer("explore_fraction_now").fill_(
             self._explore_start + (final - self._explore_start) * t)
         self._read_explore_fraction()
 
     def _read_explore_fraction(self) -> None:
         # A plain float, so that acting reads no tensor and the actor
         # processes receive it with the other scalars (`acting_state`).
-        self._explore_fraction = float(self.explore_fraction_now)
+        self._explore_fraction = float(
+            self.get_buffer("explore_fraction_now"))
 
     def bound_log_std(self, progress: float) -> None:
         """Clamps the policy's log std to ``log_std_bound`` at ``progress``

@@ -534,3 +534,46 @@ def test_a_bad_explore_fraction_schedule_is_refused(bad):
     from alf.utils.errors import ConfigError
     with pytest.raises(ConfigError, match="explore_fraction_schedule"):
         _ppo(explore_fraction_schedule=bad)
+
+
+def test_deterministic_offset_shifts_the_mode_within_the_box_only():
+    torch.manual_seed(0)
+    alg = _gaussian_ppo(deterministic_offset=(0.0, -0.5))
+    plain = _gaussian_ppo()
+    plain.load_state_dict(alg.state_dict())
+    obs = torch.randn(200, 3)
+    mode = plain.predict_step(obs).output
+    shifted = alg.predict_step(obs).output
+    torch.testing.assert_close(shifted[:, 0], mode[:, 0].clamp(-1, 1))
+    torch.testing.assert_close(shifted[:, 1],
+                               (mode[:, 1].clamp(-1, 1) - 0.5).clamp(-1, 1))
+    # A Gaussian's mean beyond the box (the environment clips it) moves
+    # from the edge: 3 - 0.5 acts at 0.5, not at the edge.
+    beyond = _gaussian_ppo(deterministic_offset=-0.5)
+    beyond.actor.load_state_dict(plain.actor.state_dict())
+    beyond.actor.forward = lambda o: type("D", (), {
+        "mode": lambda self: torch.full((len(o), 2), 3.0)})()
+    assert torch.all(beyond.predict_step(obs).output == 0.5)
+    far = _gaussian_ppo(deterministic_offset=2.5).predict_step(obs).output
+    assert torch.all(far == 1.0)
+    # {dimension: offset}: the others keep their mode.
+    named = _gaussian_ppo(deterministic_offset={1: -0.5})
+    named.load_state_dict(alg.state_dict())
+    torch.testing.assert_close(named.predict_step(obs).output, shifted)
+    # The training rollouts do not use it: sampled actions are the same.
+    torch.manual_seed(1)
+    a = alg.rollout_step(obs).output
+    torch.manual_seed(1)
+    torch.testing.assert_close(plain.rollout_step(obs).output, a)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ((0.1, 0.2, 0.3), r"one per action dimension \(2\)"),
+    ("fast", "one per action dimension"),
+    ({2: 0.1}, r"dimensions in 0..1")])
+def test_a_bad_deterministic_offset_is_refused(bad, message):
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        _gaussian_ppo(deterministic_offset=bad)
+    with pytest.raises(ConfigError, match="needs a one-dimensional Box"):
+        _ppo(deterministic_offset=0.1)

@@ -1,0 +1,173 @@
+r"""Choose the deterministic action's offset on the training environments.
+
+    python -m alf.bin.calibrate --root_dir DIR [--checkpoint best] \
+        --offsets 1=-0.3,-0.2,-0.1,0 [--offsets 0=...] [--num_episodes 10] \
+        [--metric route_completion] [--held_out] [--gin_param ...]
+
+A policy trained with exploration noise learns a mean for an agent that
+acts with that noise; acting with the mean alone can do worse (on MetaDrive
+the noise slows the car, and its mean drives too fast:
+docs/metadrive.md). This plays a checkpoint deterministically with every
+combination of the candidate offsets (``--offsets D=X,Y,...`` for action
+dimension D; `PPOAlgorithm.deterministic_offset`), the same episodes for
+each (the run's evaluation seeds, as ``alf.bin.play``), on the run's
+training environments, and prints each candidate's means. The best by
+``--metric`` wins; a tie goes to the smaller offset, so no offset wins
+unless an offset does better. It prints the binding that acts with it
+(``--gin_param`` for ``alf.bin.play``, or for a run's evaluations).
+
+``--held_out`` then plays the chosen offset and no offset on the run's
+held-out environments: a check on environments the choice did not see.
+
+Exit codes: 0, 1 for a bad input (one line), 130 on Ctrl-C.
+"""
+import itertools
+import math
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import app, flags
+
+from alf.utils.errors import AlfError, ConfigError, one_line
+
+BINDING = "PPOAlgorithm.deterministic_offset"
+Offsets = Dict[int, float]
+
+
+def define_flags() -> None:
+    """The CLI's flags (defined when run as a program, as ``alf.bin.play``
+    does)."""
+    flags.DEFINE_string("root_dir", None, "The run's folder.")
+    flags.DEFINE_string("checkpoint", "best", "latest, best or N.")
+    flags.DEFINE_multi_string("offsets", None, "D=X,Y,...: candidate "
+                              "offsets of action dimension D (repeat for "
+                              "more dimensions: every combination plays).")
+    flags.DEFINE_integer("num_episodes", 10, "Episodes per candidate.",
+                         lower_bound=1)
+    flags.DEFINE_string("metric", "return", "The episode metric to "
+                        "maximise: return or one the environment reports.")
+    flags.DEFINE_bool("held_out", False, "Then play the chosen offset and "
+                      "none on the run's held-out environments.")
+    flags.DEFINE_multi_string("gin_param", None, "Gin bindings applied "
+                              "after the run's config.gin.")
+
+
+def parse_offsets(specs: Sequence[str]) -> List[Offsets]:
+    """Every combination of ``--offsets`` (``D=X,Y,...``), as
+    ``{dimension: offset}``; the all-zero candidate is always included.
+
+    Raises:
+        ConfigError: naming a spec that is not ``D=X,Y,...``.
+    """
+    grid: Dict[int, List[float]] = {}
+    for spec in specs:
+        dim, _, values = spec.partition("=")
+        try:
+            d = int(dim)
+            xs = [float(x) for x in values.split(",")]
+            if d < 0 or not values or not all(map(math.isfinite, xs)):
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"--offsets={spec!r}; valid: D=X,Y,... (an "
+                              "action dimension, then numbers)") from None
+        if d in grid:
+            raise ConfigError(f"--offsets: dimension {d} is given twice")
+        grid[d] = sorted(set(xs) | {0.0})
+    if not grid:
+        raise ConfigError("--offsets: give at least one, e.g. 1=-0.2,-0.1")
+    dims = sorted(grid)
+    return [dict(zip(dims, combo))
+            for combo in itertools.product(*(grid[d] for d in dims))]
+
+
+def binding(offsets: Offsets) -> str:
+    """The gin binding that acts with ``offsets``."""
+    return f"{BINDING}={{{', '.join(f'{d}: {x}' for d, x in offsets.items())}}}"
+
+
+def choose(results: Sequence[Tuple[Offsets, Dict[str, float]]],
+           metric: str) -> Tuple[Offsets, Dict[str, float]]:
+    """The candidate with the highest mean ``metric``; of equals, the one
+    with the smallest total absolute offset."""
+    return max(results, key=lambda r: (r[1][metric],
+                                       -sum(map(abs, r[0].values()))))
+
+
+def means(rows: Sequence[Dict[str, float]]) -> Dict[str, float]:
+    """The mean of every column of `alf.bin.play`'s rows."""
+    return {k: float(np.nanmean([r.get(k, math.nan) for r in rows]))
+            for k in rows[0]}
+
+
+def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
+              num_episodes: int, metric: str,
+              gin_params: Sequence[str] = (), held_out: bool = False,
+              echo=print) -> Tuple[Offsets, Optional[Dict]]:
+    """Plays every candidate on the training environments and returns the
+    best (`choose`) and, with ``held_out``, ``{"chosen": means, "none":
+    means}`` on the held-out environments (else None); ``echo`` gets each
+    table row as it is played.
+
+    Raises:
+        AlfError: one line, for a bad run, checkpoint, binding or metric.
+    """
+    from alf.bin.play import play
+    results = []
+    for i, offsets in enumerate(candidates):
+        rows = play(root_dir, checkpoint, num_episodes,
+                    gin_params=[*gin_params, binding(offsets)])
+        row = means(rows)
+        if metric not in row:
+            raise ConfigError(f"--metric={metric!r}: the episodes report "
+                              f"{', '.join(row)}")
+        if i == 0:
+            echo(f"{'offsets':>24} {metric:>16} {'return':>10} "
+                 f"{'length':>8}")
+        echo(f"{_label(offsets):>24} {row[metric]:16.3f} "
+             f"{row['return']:10.2f} {row['length']:8.1f}")
+        results.append((offsets, row))
+    best, _ = choose(results, metric)
+    if not held_out:
+        return best, None
+    zero = {d: 0.0 for d in best}
+    checked = {}
+    for name, offsets in (("chosen", best), ("none", zero)):
+        checked[name] = means(play(root_dir, checkpoint, num_episodes,
+                                   gin_params=[*gin_params,
+                                               binding(offsets)],
+                                   held_out=True))
+    return best, checked
+
+
+def _label(offsets: Offsets) -> str:
+    return " ".join(f"{d}={x:+.3g}" for d, x in offsets.items())
+
+
+def main(argv):
+    del argv
+    FLAGS = flags.FLAGS
+    try:
+        candidates = parse_offsets(FLAGS.offsets or [])
+        best, checked = calibrate(FLAGS.root_dir, FLAGS.checkpoint,
+                                  candidates, FLAGS.num_episodes,
+                                  FLAGS.metric, FLAGS.gin_param or (),
+                                  FLAGS.held_out)
+    except AlfError as e:
+        print(f"alf.bin.calibrate: {one_line(e)}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("alf.bin.calibrate: interrupted", file=sys.stderr)
+        sys.exit(130)
+    print(f"chosen on the training environments: {_label(best)}")
+    print(f"act with it: --gin_param '{binding(best)}'")
+    if checked:
+        m = FLAGS.metric
+        print(f"held out: {m} {checked['chosen'][m]:.3f} with it, "
+              f"{checked['none'][m]:.3f} without")
+
+
+if __name__ == "__main__":
+    define_flags()
+    flags.mark_flag_as_required("root_dir")
+    app.run(main)

@@ -1,0 +1,107 @@
+"""alf.bin.calibrate: the candidates it plays, the choice, the binding that
+replays the chosen offset, the held-out check and one-line errors."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from alf.bin import calibrate
+from alf.utils.errors import ConfigError
+from test_train_distributed import REPO
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def pendulum_run(tmp_path_factory):
+    """A short PPO run on Pendulum (a Box action in [-2, 2]) whose
+    evaluations also play a held-out copy of the environment."""
+    root = tmp_path_factory.mktemp("calibrate") / "run"
+    res = subprocess.run(
+        [sys.executable, "-m", "alf.bin.train", "--gin_file",
+         "ppo_pendulum.gin", "--root_dir", str(root),
+         "--gin_param", "TrainerConfig.num_env_steps=2048",
+         "--gin_param", "TrainerConfig.eval_interval=1",
+         "--gin_param", "TrainerConfig.num_eval_episodes=2",
+         "--gin_param",
+         "TrainerConfig.held_out_env_load_fn=@held_out/suite_gym.load"],
+        capture_output=True, text=True, timeout=200, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return root
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "alf.bin.calibrate", *args],
+        capture_output=True, text=True, timeout=200, cwd=REPO)
+
+
+def test_offsets_parse_into_every_combination_with_zero():
+    assert calibrate.parse_offsets(["1=-0.2,-0.1"]) == [
+        {1: -0.2}, {1: -0.1}, {1: 0.0}]
+    assert calibrate.parse_offsets(["0=0.5", "1=-0.1"]) == [
+        {0: 0.0, 1: -0.1}, {0: 0.0, 1: 0.0}, {0: 0.5, 1: -0.1},
+        {0: 0.5, 1: 0.0}]
+    for bad in ("x=1", "1=", "1=a", "-1=0.2", "1=nan"):
+        with pytest.raises(ConfigError, match="valid: D=X,Y"):
+            calibrate.parse_offsets([bad])
+    with pytest.raises(ConfigError, match="given twice"):
+        calibrate.parse_offsets(["1=0.1", "1=0.2"])
+
+
+def test_the_best_wins_and_a_tie_keeps_the_smaller_offset():
+    results = [({1: -0.2}, {"m": 0.8}), ({1: 0.0}, {"m": 0.8}),
+               ({1: -0.1}, {"m": 0.7})]
+    assert calibrate.choose(results, "m")[0] == {1: 0.0}
+    results.append(({1: -0.3}, {"m": 0.9}))
+    assert calibrate.choose(results, "m")[0] == {1: -0.3}
+    assert calibrate.binding({0: 0.0, 1: -0.3}) == (
+        "PPOAlgorithm.deterministic_offset={0: 0.0, 1: -0.3}")
+
+
+def test_calibration_plays_each_offset_and_its_binding_replays_it(
+        pendulum_run):
+    out = _cli("--root_dir", str(pendulum_run), "--checkpoint", "latest",
+               "--offsets", "0=-2.0,1.0", "--num_episodes", "2",
+               "--held_out")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r"^\s*0=([-+.\d]+)\s+(-?[\d.]+)", out.stdout, re.M)}
+    assert set(rows) == {"-2", "+0", "+1"}, out.stdout
+    # An offset of -2 pushes every action to the box's edge: another
+    # policy, another return (a calibration that ignored the binding
+    # would print one number three times).
+    assert len(set(rows.values())) == 3, out.stdout
+    best = max(rows, key=rows.get)
+    assert f"chosen on the training environments: 0={best}" in out.stdout
+    binding = re.search(r"--gin_param '([^']+)'", out.stdout).group(1)
+    assert binding == f"PPOAlgorithm.deterministic_offset={{0: " \
+        f"{float(best)}}}"
+    play = subprocess.run(
+        [sys.executable, "-m", "alf.bin.play", "--root_dir",
+         str(pendulum_run), "--num_episodes", "2", "--gin_param", binding],
+        capture_output=True, text=True, timeout=200, cwd=REPO)
+    assert play.returncode == 0, play.stderr[-3000:]
+    mean = [ln.split() for ln in play.stdout.splitlines()
+            if ln.split()[:1] == ["mean"]][0]
+    assert float(mean[1]) == pytest.approx(rows[best], abs=1e-3)
+    assert re.search(r"held out: return -?[\d.]+ with it, -?[\d.]+ "
+                     r"without", out.stdout), out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--offsets", "0=x"], "--offsets='0=x'; valid: D=X,Y"),
+    (["--offsets", "0=0.5", "--metric", "success"],
+     "--metric='success': the episodes report return, length"),
+    (["--offsets", "3=0.5"],
+     "PPOAlgorithm.deterministic_offset={3: 0.0}; valid"),
+    ([], "--offsets: give at least one"),
+])
+def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
+    out = _cli("--root_dir", str(pendulum_run), "--num_episodes", "1",
+               "--checkpoint", "latest", *args)
+    assert out.returncode == 1, out.stdout
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert out.stderr.startswith("alf.bin.calibrate: " + message), \
+        out.stderr
