@@ -23,13 +23,12 @@ Exit codes: 0, 1 for a bad input (one line), 130 on Ctrl-C.
 """
 import itertools
 import math
-import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import app, flags
 
-from alf.utils.errors import AlfError, ConfigError, one_line
+from alf.utils.errors import ConfigError, run_cli
 
 BINDING = "PPOAlgorithm.deterministic_offset"
 Offsets = Dict[int, float]
@@ -147,18 +146,12 @@ def _label(offsets: Offsets) -> str:
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
-    try:
-        candidates = parse_offsets(FLAGS.offsets or [])
-        best, checked = calibrate(FLAGS.root_dir, FLAGS.checkpoint,
-                                  candidates, FLAGS.num_episodes,
-                                  FLAGS.metric, FLAGS.gin_param or (),
-                                  FLAGS.held_out)
-    except AlfError as e:
-        print(f"alf.bin.calibrate: {one_line(e)}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("alf.bin.calibrate: interrupted", file=sys.stderr)
-        sys.exit(130)
+    candidates = run_cli("alf.bin.calibrate", parse_offsets,
+                         FLAGS.offsets or [])
+    best, checked = run_cli("alf.bin.calibrate", calibrate, FLAGS.root_dir,
+                            FLAGS.checkpoint, candidates, FLAGS.num_episodes,
+                            FLAGS.metric, FLAGS.gin_param or (),
+                            FLAGS.held_out)
     print(f"chosen on the training environments: {_label(best)}")
     print(f"act with it: --gin_param '{binding(best)}'")
     if checked:

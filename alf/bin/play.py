@@ -33,7 +33,6 @@ unwritable file), 130 on Ctrl-C.
 import math
 import os
 import re
-import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
@@ -41,7 +40,7 @@ import numpy as np
 import torch
 from absl import app, flags
 
-from alf.utils.errors import AlfError, ConfigError, one_line
+from alf.utils.errors import ConfigError, one_line, run_cli
 
 
 def define_flags() -> None:
@@ -321,16 +320,10 @@ def format_table(rows: List[Dict[str, float]]) -> str:
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
-    try:
-        rows = play(FLAGS.root_dir, FLAGS.checkpoint, FLAGS.num_episodes,
-                    FLAGS.sampling, FLAGS.record_file, FLAGS.gin_param or (),
-                    FLAGS.seed, FLAGS.fps, held_out=FLAGS.held_out)
-    except AlfError as e:
-        print(f"alf.bin.play: {one_line(e)}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("alf.bin.play: interrupted", file=sys.stderr)
-        sys.exit(130)
+    rows = run_cli("alf.bin.play", play, FLAGS.root_dir, FLAGS.checkpoint,
+                   FLAGS.num_episodes, FLAGS.sampling, FLAGS.record_file,
+                   FLAGS.gin_param or (), FLAGS.seed, FLAGS.fps,
+                   held_out=FLAGS.held_out)
     print(format_table(rows))
     if FLAGS.record_file:
         print(f"wrote {FLAGS.record_file}")

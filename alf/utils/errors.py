@@ -1,4 +1,8 @@
 """User-facing errors: the CLI prints these as one line and exits non-zero."""
+import sys
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class AlfError(Exception):
@@ -37,3 +41,17 @@ def one_line(error: BaseException) -> str:
                                                "In bindings string")):
         return " ".join(lines[:3])
     return lines[0]
+
+
+def run_cli(prog: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    """``fn(*args, **kwargs)`` for a command-line tool: an `AlfError` is
+    its one line on stderr (``prog: message``) and exit code 1, Ctrl-C is
+    ``prog: interrupted`` and exit code 130."""
+    try:
+        return fn(*args, **kwargs)
+    except AlfError as e:
+        print(f"{prog}: {one_line(e)}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -27,3 +27,24 @@ def test_gin_call_context_and_other_lines_are_dropped():
 def test_an_empty_message_names_the_error_type():
     assert one_line(KeyError()) == "KeyError"
     assert one_line(OSError("  \n ")) == "OSError"
+
+
+def test_run_cli_returns_or_exits_with_one_line(capsys):
+    from alf.utils.errors import ConfigError, run_cli
+    assert run_cli("tool", lambda x, y=0: x + y, 1, y=2) == 3
+
+    def bad():
+        raise ConfigError("--x=3; valid: 1 or 2\nIn call to configurable X")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    for fn, code, line in ((bad, 1, "tool: --x=3; valid: 1 or 2"),
+                           (interrupted, 130, "tool: interrupted")):
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli("tool", fn)
+        assert exit_info.value.code == code
+        assert capsys.readouterr().err == line + "\n"
+    # Not a user's error: a traceback, as for any bug.
+    with pytest.raises(ZeroDivisionError):
+        run_cli("tool", lambda: 1 / 0)
