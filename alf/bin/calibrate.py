@@ -152,7 +152,7 @@ def main(argv):
                             FLAGS.checkpoint, candidates, FLAGS.num_episodes,
                             FLAGS.metric, FLAGS.gin_param or (),
                             FLAGS.held_out)
-    print(f"chosen on the training environments: {_label(best)}")
+    print(f"chosen: {_label(best)}")
     print(f"act with it: --gin_param '{binding(best)}'")
     if checked:
         m = FLAGS.metric

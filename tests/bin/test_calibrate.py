@@ -74,7 +74,7 @@ def test_calibration_plays_each_offset_and_its_binding_replays_it(
     # would print one number three times).
     assert len(set(rows.values())) == 3, out.stdout
     best = max(rows, key=rows.get)
-    assert f"chosen on the training environments: 0={best}" in out.stdout
+    assert f"chosen: 0={best}\n" in out.stdout
     binding = re.search(r"--gin_param '([^']+)'", out.stdout).group(1)
     assert binding == f"PPOAlgorithm.deterministic_offset={{0: " \
         f"{float(best)}}}"
