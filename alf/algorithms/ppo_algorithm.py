@@ -86,6 +86,12 @@ def _log_std_parameters(actor, bound) -> List[torch.nn.Parameter]:
     return found
 
 
+def _ramp(progress: float, start: float, end: float) -> float:
+    """0 until ``start``, 1 from ``end``, linear between: where a
+    ``(start, end, final)`` schedule stands at ``progress``."""
+    return min(max((progress - start) / (end - start), 0.0), 1.0)
+
+
 def _deterministic_offset(action_space, offset
                           ) -> Optional[Tuple[torch.Tensor, ...]]:
     """(offset, low, high) of ``PPOAlgorithm.deterministic_offset`` (None
@@ -407,8 +413,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             offset, low, high = (t.to(mode) for t in self._offset)
             # From the action the environment takes: a Gaussian's mean
             # beyond the box is clipped there first.
-            mode = torch.minimum(torch.maximum(mode, low), high) + offset
-            mode = torch.minimum(torch.maximum(mode, low), high)
+            mode = (mode.clamp(low, high) + offset).clamp(low, high)
         return AlgStep(output=mode)
 
     def rollout_step(self, observation) -> AlgStep:
@@ -445,7 +450,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         if self._explore_schedule is None:
             return
         start, end, final = self._explore_schedule
-        t = min(max((progress - start) / (end - start), 0.0), 1.0)
+        t = _ramp(progress, start, end)
         self.get_buffer("explore_fraction_now").fill_(
             self._explore_start + (final - self._explore_start) * t)
         self._read_explore_fraction()
@@ -473,7 +478,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         if self._beta_schedule is None:
             return
         start, end, final = self._beta_schedule
-        t = min(max((progress - start) / (end - start), 0.0), 1.0)
+        t = _ramp(progress, start, end)
         for actor, first in zip(self._betas, self._beta_start_scale):
             last = torch.as_tensor(final, dtype=first.dtype,
                                    device=first.device)

@@ -25,7 +25,6 @@ import itertools
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 from absl import app, flags
 
 from alf.utils.errors import ConfigError, run_cli
@@ -93,12 +92,6 @@ def choose(results: Sequence[Tuple[Offsets, Dict[str, float]]],
                                        -sum(map(abs, r[0].values()))))
 
 
-def means(rows: Sequence[Dict[str, float]]) -> Dict[str, float]:
-    """The mean of every column of `alf.bin.play`'s rows."""
-    return {k: float(np.nanmean([r.get(k, math.nan) for r in rows]))
-            for k in rows[0]}
-
-
 def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
               num_episodes: int, metric: str,
               gin_params: Sequence[str] = (), held_out: bool = False,
@@ -111,12 +104,12 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
     Raises:
         AlfError: one line, for a bad run, checkpoint, binding or metric.
     """
-    from alf.bin.play import play
+    from alf.bin.play import mean_row, play
     results = []
     for i, offsets in enumerate(candidates):
         rows = play(root_dir, checkpoint, num_episodes,
                     gin_params=[*gin_params, binding(offsets)])
-        row = means(rows)
+        row = mean_row(rows)
         if metric not in row:
             raise ConfigError(f"--metric={metric!r}: the episodes report "
                               f"{', '.join(row)}")
@@ -132,7 +125,7 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
     zero = {d: 0.0 for d in best}
     checked = {}
     for name, offsets in (("chosen", best), ("none", zero)):
-        checked[name] = means(play(root_dir, checkpoint, num_episodes,
+        checked[name] = mean_row(play(root_dir, checkpoint, num_episodes,
                                    gin_params=[*gin_params,
                                                binding(offsets)],
                                    held_out=True))

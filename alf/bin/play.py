@@ -304,17 +304,26 @@ class _VideoWriter:
 
 def format_table(rows: List[Dict[str, float]]) -> str:
     """The per-episode table and the means, as text."""
-    names = list(rows[0])
-    for row in rows[1:]:
-        names += [n for n in row if n not in names]
+    means = mean_row(rows)
+    names = list(means)
     head = f"{'episode':>7} " + " ".join(f"{n:>16}" for n in names)
     lines = [head]
     for i, row in enumerate(rows):
         lines.append(f"{i:>7} " + " ".join(
             f"{row.get(n, math.nan):16.3f}" for n in names))
-    means = [np.nanmean([r.get(n, math.nan) for r in rows]) for n in names]
-    lines.append(f"{'mean':>7} " + " ".join(f"{m:16.3f}" for m in means))
+    lines.append(f"{'mean':>7} " + " ".join(f"{means[n]:16.3f}"
+                                            for n in names))
     return "\n".join(lines)
+
+
+def mean_row(rows: List[Dict[str, float]]) -> Dict[str, float]:
+    """The mean of every column of `play`'s rows (a column some episodes
+    lack averages over those that have it), in the table's order."""
+    names = list(rows[0])
+    for row in rows[1:]:
+        names += [n for n in row if n not in names]
+    return {n: float(np.nanmean([r.get(n, math.nan) for r in rows]))
+            for n in names}
 
 
 def main(argv):
