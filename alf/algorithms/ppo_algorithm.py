@@ -17,6 +17,8 @@ import gymnasium as gym
 import torch
 
 from alf.algorithms.algorithm import check_learning_rate
+from alf.algorithms.deterministic_offset import (CALIBRATED, CalibratedOffset,
+                                                 configured_offset, shift)
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.actor import (ActorDistributionNetwork, PerDimension,
@@ -90,32 +92,6 @@ def _ramp(progress: float, start: float, end: float) -> float:
     """0 until ``start``, 1 from ``end``, linear between: where a
     ``(start, end, final)`` schedule stands at ``progress``."""
     return min(max((progress - start) / (end - start), 0.0), 1.0)
-
-
-def _deterministic_offset(action_space, offset
-                          ) -> Optional[Tuple[torch.Tensor, ...]]:
-    """(offset, low, high) of ``PPOAlgorithm.deterministic_offset`` (None
-    for none), refused for actions it cannot shift."""
-    if offset is None:
-        return None
-    if (not isinstance(action_space, gym.spaces.Box)
-            or len(action_space.shape) != 1):
-        raise ConfigError(f"PPOAlgorithm.deterministic_offset={offset!r} "
-                          f"needs a one-dimensional Box action space, not "
-                          f"{action_space}")
-    dims = action_space.shape[0]
-    if isinstance(offset, dict):
-        # {dimension: offset}: the dimensions not named keep their mode.
-        if not all(isinstance(d, int) and 0 <= d < dims
-                   for d in offset):
-            raise ConfigError(f"PPOAlgorithm.deterministic_offset="
-                              f"{offset!r}; valid: a number, one per action "
-                              f"dimension ({dims}), or {{dimension: number}}"
-                              f" with dimensions in 0..{dims - 1}")
-        offset = [offset.get(d, 0.0) for d in range(dims)]
-    return (per_dimension(offset, dims, "PPOAlgorithm.deterministic_offset"),
-            torch.as_tensor(action_space.low, dtype=torch.float32),
-            torch.as_tensor(action_space.high, dtype=torch.float32))
 
 
 def _check_explore_fraction(fraction, schedule) -> None:
@@ -316,9 +292,10 @@ class PPOAlgorithm(OnPolicyAlgorithm):
             The training rollouts do not use it. A mean learnt under
             exploration noise is the mean for a noisy agent (on MetaDrive
             the noise slows the car and its mean alone drives too fast);
-            a constant offset is the cheapest correction, and
-            ``alf.bin.calibrate`` chooses it on the training environments.
-            None: the mode.
+            a constant offset is the cheapest correction.
+            ``alf.bin.calibrate`` chooses it for a checkpoint, and
+            ``TrainerConfig.calibrate_offsets`` at every evaluation (kept in
+            checkpoints; a binding here overrides it). None: the mode.
     """
 
     # Unrolls ended early: shorter (sync), or with environments ended at
@@ -366,8 +343,11 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         scheduled(0.0, lr_schedule, 0.0)  # validate the names early
         scheduled(0.0, clip_schedule, 0.0)
         self.actor = actor_network_ctor(observation_space, action_space)
-        self._offset = _deterministic_offset(action_space,
-                                             deterministic_offset)
+        self._offset = configured_offset(action_space, deterministic_offset)
+        calibrated = getattr(config, "calibrate_offsets", None)
+        if calibrated is not None:
+            setattr(self, CALIBRATED, CalibratedOffset(action_space,
+                                                       calibrated))
         self.value_net = value_network_ctor(observation_space)
         self._log_std_bound = log_std_bound
         self._log_stds = _log_std_parameters(self.actor, log_std_bound)
@@ -409,12 +389,17 @@ class PPOAlgorithm(OnPolicyAlgorithm):
 
     def predict_step(self, observation) -> AlgStep:
         mode = self.actor(observation).mode()
-        if self._offset is not None:
-            offset, low, high = (t.to(mode) for t in self._offset)
-            # From the action the environment takes: a Gaussian's mean
-            # beyond the box is clipped there first.
-            mode = (mode.clamp(low, high) + offset).clamp(low, high)
+        if self._offset is not None:  # a binding overrides a calibration
+            mode = shift(mode, *self._offset)
+        elif hasattr(self, CALIBRATED):
+            mode = getattr(self, CALIBRATED)(mode)
         return AlgStep(output=mode)
+
+    def set_calibrated_offset(self, offsets: Dict[int, float]) -> None:
+        """Acts deterministically with ``offsets`` (``{dimension: offset}``)
+        from now on, unless ``deterministic_offset`` is bound (that wins);
+        kept in checkpoints (`alf.trainers.calibration`)."""
+        getattr(self, CALIBRATED).set(offsets)
 
     def rollout_step(self, observation) -> AlgStep:
         dist = self.actor(observation)

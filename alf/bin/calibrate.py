@@ -16,21 +16,25 @@ training environments, and prints each candidate's means. The best by
 unless an offset does better. It prints the binding that acts with it
 (``--gin_param`` for ``alf.bin.play``, or for a run's evaluations).
 
+A run can also choose at every evaluation, on a validation split, and
+evaluate with the choice (``TrainerConfig.calibrate_offsets``); its
+checkpoints then act with it, and a binding given here overrides it.
+
 ``--held_out`` then plays the chosen offset and no offset on the run's
 held-out environments: a check on environments the choice did not see.
 
 Exit codes: 0, 1 for a bad input (one line), 130 on Ctrl-C.
 """
-import itertools
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
+from alf.trainers.calibration import Offsets, candidates, choose, label
 from alf.utils.errors import ConfigError, run_cli
 
 BINDING = "PPOAlgorithm.deterministic_offset"
-Offsets = Dict[int, float]
+__all__ = ["parse_offsets", "binding", "choose", "calibrate"]
 
 
 def define_flags() -> None:
@@ -71,25 +75,15 @@ def parse_offsets(specs: Sequence[str]) -> List[Offsets]:
                               "action dimension, then numbers)") from None
         if d in grid:
             raise ConfigError(f"--offsets: dimension {d} is given twice")
-        grid[d] = sorted(set(xs) | {0.0})
+        grid[d] = xs
     if not grid:
         raise ConfigError("--offsets: give at least one, e.g. 1=-0.2,-0.1")
-    dims = sorted(grid)
-    return [dict(zip(dims, combo))
-            for combo in itertools.product(*(grid[d] for d in dims))]
+    return candidates(grid, "--offsets")
 
 
 def binding(offsets: Offsets) -> str:
     """The gin binding that acts with ``offsets``."""
     return f"{BINDING}={{{', '.join(f'{d}: {x}' for d, x in offsets.items())}}}"
-
-
-def choose(results: Sequence[Tuple[Offsets, Dict[str, float]]],
-           metric: str) -> Tuple[Offsets, Dict[str, float]]:
-    """The candidate with the highest mean ``metric``; of equals, the one
-    with the smallest total absolute offset."""
-    return max(results, key=lambda r: (r[1][metric],
-                                       -sum(map(abs, r[0].values()))))
 
 
 def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
@@ -116,7 +110,7 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
         if i == 0:
             echo(f"{'offsets':>24} {metric:>16} {'return':>10} "
                  f"{'length':>8}")
-        echo(f"{_label(offsets):>24} {row[metric]:16.3f} "
+        echo(f"{label(offsets):>24} {row[metric]:16.3f} "
              f"{row['return']:10.2f} {row['length']:8.1f}")
         results.append((offsets, row))
     best, _ = choose(results, metric)
@@ -132,10 +126,6 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
     return best, checked
 
 
-def _label(offsets: Offsets) -> str:
-    return " ".join(f"{d}={x:+.3g}" for d, x in offsets.items())
-
-
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
@@ -145,7 +135,7 @@ def main(argv):
                             FLAGS.checkpoint, candidates, FLAGS.num_episodes,
                             FLAGS.metric, FLAGS.gin_param or (),
                             FLAGS.held_out)
-    print(f"chosen: {_label(best)}")
+    print(f"chosen: {label(best)}")
     print(f"act with it: --gin_param '{binding(best)}'")
     if checked:
         m = FLAGS.metric

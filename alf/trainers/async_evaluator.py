@@ -26,8 +26,8 @@ Messages (`actor.encode`d, over the evaluator's pipe):
 
 * learner -> evaluator: ``("eval", env_steps, acting_state)``, ``("stop",)``;
 * evaluator -> learner: ``("ready",)``, ``("result", env_steps, metrics,
-  held_out_metrics or None)``, ``("error", is_user_error, type name,
-  one-line message, traceback)``.
+  held_out_metrics or None, calibration or None)``, ``("error",
+  is_user_error, type name, one-line message, traceback)``.
 """
 import dataclasses
 import multiprocessing as mp
@@ -41,10 +41,13 @@ from absl import logging
 
 from alf.trainers.actor import (adopt_config, decode, encode,
                                 raise_reported, report_error)
+from alf.trainers.calibration import Calibration
+from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
+                                         without_evaluation_envs)
 from alf.utils import process
 from alf.utils.errors import AlfError
 
-#: Sent instead of a held-out load function that does not pickle (a
+#: Sent instead of an evaluation load function that does not pickle (a
 #: gin-scoped ``@held_out/suite_metadrive.load``): the evaluator takes it
 #: from gin, which it parses from the same bindings.
 FROM_GIN = "from gin"
@@ -64,39 +67,50 @@ class EvalResult(NamedTuple):
         snapshot: the checkpoint state at ``env_steps`` (for ``best.pt``),
             or None: the state when ``best.pt`` is written (synchronous
             evaluation, or no best checkpoint kept).
+        calibration: the offset the evaluation chose and played with
+            (`alf.trainers.calibration`), or None.
     """
     env_steps: int
     metrics: Dict[str, float]
     held_out: Optional[Dict[str, float]]
     snapshot: Optional[dict] = None
+    calibration: Optional[Calibration] = None
 
 
 def evaluator_main(conn, gin_config: str, config, env_spec,
-                   held_out_fn) -> None:
+                   load_fns: Dict[str, Any]) -> None:
     """Entry point of the evaluator process (spawned by `AsyncEvaluator`).
 
     Args:
         conn: its end of the pipe to the learner.
         gin_config: the learner's ``gin.config_str()``.
-        config: the run's `TrainerConfig` (``held_out_env_load_fn`` unset).
+        config: the run's `TrainerConfig` (`EVALUATION_LOAD_FNS` unset).
         env_spec: the learner's gymnasium registration of
             ``config.env_name``, if any (see `actor.actor_main`).
-        held_out_fn: the held-out load function, `FROM_GIN`, or None.
+        load_fns: `EVALUATION_LOAD_FNS`' values: each a function,
+            `FROM_GIN`, or None.
     """
     from alf.environments import env_fn
+    from alf.trainers.calibration import make_calibrator
     from alf.trainers.evaluator import evaluate_together, make_evaluator
     env_fn.prepare_worker()
     torch.set_num_threads(1)
-    evaluators = []
+    evaluators: list = []
+    calibrator = None
     try:
         adopt_config(gin_config, env_spec)
-        if held_out_fn == FROM_GIN:
+        if FROM_GIN in load_fns.values():
             from alf.trainers.trainer_config import TrainerConfig
-            held_out_fn = TrainerConfig().held_out_env_load_fn
+            from_gin = TrainerConfig()
+            load_fns = {k: getattr(from_gin, k) if f == FROM_GIN else f
+                        for k, f in load_fns.items()}
+        config = dataclasses.replace(config, **load_fns)
         evaluators.append(make_evaluator(config, config.env_load_fn))
-        if held_out_fn is not None:
+        if config.held_out_env_load_fn is not None:
             evaluators.append(make_evaluator(
-                config, held_out_fn, config.num_held_out_eval_episodes))
+                config, config.held_out_env_load_fn,
+                config.num_held_out_eval_episodes))
+        calibrator = make_calibrator(config)
         algorithm = config.algorithm_ctor(
             observation_space=evaluators[0].observation_space,
             action_space=evaluators[0].action_space, config=config)
@@ -107,17 +121,30 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
                 return
             _, env_steps, state = message
             algorithm.load_acting_state(state)
+            calibration = (None if calibrator is None
+                           else calibrator.calibrate(algorithm))
             results = evaluate_together(evaluators, algorithm)
             conn.send_bytes(encode((
                 "result", env_steps, results[0],
-                results[1] if len(results) > 1 else None)))
+                results[1] if len(results) > 1 else None, calibration)))
     except (EOFError, OSError):
         return  # the learner is gone
     except BaseException as e:  # noqa: BLE001 - reported to the learner
         report_error(conn, e)
     finally:
-        for ev in evaluators:
+        for ev in evaluators + ([] if calibrator is None else [calibrator]):
             ev.close()
+
+
+def _picklable(fn: Optional[Any]) -> Optional[Any]:
+    """``fn``, or `FROM_GIN` where it does not pickle."""
+    if fn is None:
+        return None
+    try:
+        pickle.dumps(fn)
+    except Exception:  # noqa: BLE001 - whatever pickle raises
+        return FROM_GIN
+    return fn
 
 
 def snapshot(state: Any) -> Any:
@@ -141,13 +168,9 @@ class AsyncEvaluator:
     """
 
     def __init__(self, config) -> None:
-        held_out = config.held_out_env_load_fn
-        if held_out is not None:
-            try:
-                pickle.dumps(held_out)
-            except Exception:  # noqa: BLE001 - whatever pickle raises
-                held_out = FROM_GIN
-        config = dataclasses.replace(config, held_out_env_load_fn=None)
+        load_fns = {name: _picklable(getattr(config, name))
+                    for name in EVALUATION_LOAD_FNS}
+        config = without_evaluation_envs(config)
         spec = (gym.spec(config.env_name) if config.env_name in gym.registry
                 else None)
         ctx = mp.get_context("spawn")
@@ -158,7 +181,7 @@ class AsyncEvaluator:
         # `close` stops it.
         self._proc = ctx.Process(
             target=evaluator_main, daemon=False, name="alf-evaluator",
-            args=(theirs, gin.config_str(), config, spec, held_out))
+            args=(theirs, gin.config_str(), config, spec, load_fns))
         self._proc.start()
         theirs.close()
         self._ready = False
@@ -218,9 +241,9 @@ class AsyncEvaluator:
                 self._ready = True
             elif kind == "result":
                 assert self._running is not None
-                _, env_steps, metrics, held_out = message
+                _, env_steps, metrics, held_out, calibration = message
                 done.append(EvalResult(env_steps, metrics, held_out,
-                                       self._running[2]))
+                                       self._running[2], calibration))
                 self._running = None
             if self._running is None and self._waiting is not None and \
                     self._ready:

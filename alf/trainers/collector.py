@@ -41,7 +41,6 @@ process group, and the receiving thread only queues their messages. Every
 stored step carries the acting policy's ``rollout_info`` (PPO's
 behaviour log-probability, used in the ratio) and its version.
 """
-import dataclasses
 import multiprocessing as mp
 import queue
 import signal
@@ -254,9 +253,9 @@ class AsyncCollector:
             self._claimed = ctx.Value("q", 0)
             slots, length = (self._claimed, self._parts), self._seg
         gin_config = gin.config_str()
-        # Evaluation is the learner's; and a gin-scoped function
-        # (``@held_out/suite_metadrive.load``) does not pickle.
-        config = dataclasses.replace(config, held_out_env_load_fn=None)
+        # Imported here: trainer_config imports this module.
+        from alf.trainers.trainer_config import without_evaluation_envs
+        config = without_evaluation_envs(config)
         spec = (gym.spec(config.env_name) if config.env_name in gym.registry
                 else None)
         for i in range(n):

@@ -7,11 +7,12 @@ statistics) and measure their own throughput.
 import contextlib
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional
 
 import torch
 from absl import logging
 
+from alf.trainers.calibration import CALIBRATION_CSV
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (EVAL_CSV, HELD_OUT_CSV, append_eval_csv,
@@ -92,7 +93,7 @@ class Reporter:
         """Moves the evaluations after ``env_steps`` out of the CSV files:
         they come from training this run discards, and it will evaluate
         those steps again."""
-        for name in EVALUATIONS.values():
+        for name in (*EVALUATIONS.values(), CALIBRATION_CSV):
             aside = set_aside_later_rows(self._root_dir, env_steps, name)
             if aside:
                 logging.warning(
@@ -212,6 +213,13 @@ class Reporter:
         w.flush()
         append_eval_csv(self._root_dir, env_steps, metrics, EVALUATIONS[kind])
 
+    def record_calibration(self, rows: List[Dict[str, float]],
+                           env_steps: int) -> None:
+        """Appends a calibration's rows (one per candidate offset,
+        `alf.trainers.calibration`) to ``calibration.csv``."""
+        for row in rows:
+            append_eval_csv(self._root_dir, env_steps, row, CALIBRATION_CSV)
+
     def log_evaluation(self, env_steps: int, metrics: Dict[str, float],
                        held_out: Optional[Dict[str, float]] = None) -> None:
         """The console's line for an evaluation (and its held-out one)."""
@@ -219,6 +227,11 @@ class Reporter:
             "; held-out: return %.2f, episode length %.1f" % (
                 held_out["average_return"],
                 held_out["average_episode_length"]))
+        offsets = " ".join(f"{k[len('offset_'):]}={v:+.3g}"
+                           for k, v in metrics.items()
+                           if k.startswith("offset_"))
+        if offsets:
+            other += f" (calibrated offset {offsets})"
         logging.info("eval at %d env steps: return %.2f, episode length "
                      "%.1f%s", env_steps, metrics["average_return"],
                      metrics["average_episode_length"], other)

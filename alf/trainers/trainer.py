@@ -13,14 +13,17 @@ import errno
 import functools
 import signal
 import time
-from typing import Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 from absl import logging
 
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.environments.batched import check_environment
+from alf.algorithms.deterministic_offset import CALIBRATED
 from alf.trainers import seeds
+from alf.trainers.calibration import (Calibrator, check_algorithm,
+                                      make_calibrator, offset_columns)
 from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
                                           snapshot)
 from alf.trainers.checkpointer import free_space
@@ -93,6 +96,7 @@ class Trainer:
         self._evaluator: Optional[Evaluator] = None
         self._held_out: Optional[Evaluator] = None
         self._async_eval: Optional[AsyncEvaluator] = None
+        self._calibrator: Optional[Calibrator] = None
         # Set when training starts: the straggler preemption (None when
         # off) and the torch RNG state of the checkpoint resumed from.
         self._preemption: Optional[Preemption] = None
@@ -157,6 +161,7 @@ class Trainer:
         self.algorithm = cfg.algorithm_ctor(
             observation_space=obs_space, action_space=action_space,
             config=cfg).to(self.device)
+        check_algorithm(cfg, self.algorithm)
         self._episodes = EpisodeStats(cfg.local_num_envs, metrics)
         self._run_state = RunState(self.root_dir, self.algorithm,
                                    self._episodes, self.is_chief,
@@ -178,6 +183,7 @@ class Trainer:
                 self._held_out = make_evaluator(
                     cfg, cfg.held_out_env_load_fn,
                     cfg.num_held_out_eval_episodes)
+            self._calibrator = make_calibrator(cfg)
 
     def _restore(self) -> None:
         """Resumes from the latest checkpoint, if any (a collective)."""
@@ -326,11 +332,13 @@ class Trainer:
         evaluators = [self._evaluator] + (
             [] if self._held_out is None else [self._held_out])
         with self._reporter.evaluation_time():
+            calibration = (None if self._calibrator is None else
+                           self._calibrator.calibrate(self.algorithm))
             results = evaluate_together(evaluators, self.algorithm)
-        metrics = results[0]
         held_out = results[1] if len(results) > 1 else None
-        self._record(EvalResult(self.env_steps, metrics, held_out))
-        return metrics
+        result = self._record(EvalResult(self.env_steps, results[0],
+                                         held_out, None, calibration))
+        return result.metrics
 
     def _evaluate_async(self, due: bool, final: bool) -> Dict[str, float]:
         assert (self._async_eval is not None and self.algorithm is not None
@@ -343,15 +351,17 @@ class Trainer:
                                     self.algorithm.acting_state(), kept)
         results = self._async_eval.wait() if final else \
             self._async_eval.poll()
-        for r in results:
-            self._record(r)
-        return results[-1].metrics if results else {}
+        recorded = [self._record(r) for r in results]
+        return recorded[-1].metrics if recorded else {}
 
-    def _record(self, result: EvalResult) -> None:
+    def _record(self, result: EvalResult) -> EvalResult:
         """Writes an evaluation (and its held-out one) to the CSV files,
         TensorBoard and the console, and marks it for ``best.pt`` (from
-        its snapshot, or the current state without one)."""
+        its snapshot, or the current state without one); returns it as
+        recorded (with its calibrated offset's columns)."""
         assert self._run_state is not None and self._reporter is not None
+        if result.calibration is not None:
+            result = self._adopt_calibration(result)
         steps = result.env_steps
         self._reporter.record_evaluation("eval", result.metrics, steps)
         self._run_state.keep_best(result.metrics, result.snapshot, steps)
@@ -359,12 +369,37 @@ class Trainer:
             self._reporter.record_evaluation("eval_held_out", result.held_out,
                                              steps)
         self._reporter.log_evaluation(steps, result.metrics, result.held_out)
+        return result
+
+    def _adopt_calibration(self, result: EvalResult) -> EvalResult:
+        """Acts (and checkpoints) with the offset the evaluation chose, and
+        records its calibration; returns the result with ``offset_D``
+        columns."""
+        assert (self.algorithm is not None and self._reporter is not None
+                and result.calibration is not None)
+        chosen = result.calibration.chosen
+        # An asynchronous evaluation chose in the evaluator's copy
+        # (`check_algorithm` made sure the algorithm can take it).
+        algorithm: Any = self.algorithm
+        algorithm.set_calibrated_offset(chosen)
+        if result.snapshot is not None:  # best.pt acts as evaluated
+            state = getattr(self.algorithm, CALIBRATED).state_dict()
+            result.snapshot["algorithm"].update(
+                {f"{CALIBRATED}.{k}": v.detach().to("cpu", copy=True)
+                 for k, v in state.items()})
+        self._reporter.record_calibration(result.calibration.rows(),
+                                          result.env_steps)
+        columns = offset_columns(chosen)
+        return result._replace(
+            metrics=dict(result.metrics, **columns),
+            held_out=None if result.held_out is None else dict(
+                result.held_out, **columns))
 
     def _close(self) -> None:
         if self._reporter is not None:
             self._reporter.close()
         for part in (self._collector, self._evaluator, self._held_out,
-                     self._async_eval):
+                     self._calibrator, self._async_eval):
             if part is not None:
                 part.close()
 

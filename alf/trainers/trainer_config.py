@@ -7,7 +7,7 @@ import torch
 
 from alf.environments import suite_gym
 from alf.trainers.collector import UNROLL_MODES
-from alf.trainers import preemption
+from alf.trainers import calibration, preemption
 from alf.utils import distributed
 from alf.utils.deprecation import FORMER, former_spelling
 from alf.utils.errors import ConfigError
@@ -155,6 +155,23 @@ class TrainerConfig:
             differ a lot when actions are clipped: a Gaussian whose mean
             sits beyond the bound acts like a constant action when
             deterministic.
+        calibrate_offsets: ``{dimension: (offset, ...)}``: before every
+            evaluation, play the deterministic policy with each combination
+            of these offsets (and none) in ``num_calibration_episodes``
+            episodes, keep the best by ``best_metric`` (``average_return``
+            without one; of equals the smallest offset) and evaluate with
+            it (`alf.trainers.calibration`; PPO and PPG, Box actions,
+            ``eval_deterministic``). The chosen offset is kept in
+            checkpoints (``alf.bin.play`` acts with it), written to
+            ``eval.csv`` as ``offset_D``, and every candidate's result to
+            ``calibration.csv``. None: no calibration.
+        calibration_env_load_fn: where the calibration plays (as
+            ``held_out_env_load_fn``): a validation split that neither the
+            evaluation nor the held-out evaluation plays keeps their curves
+            out of sample for the choice. None: the training environments
+            (the evaluation's own episodes: in sample).
+        num_calibration_episodes: episodes per candidate (None:
+            ``num_eval_episodes``).
         async_eval: evaluate in a background process (rank 0's), on a copy
             of the policy taken at the evaluation's env step, while
             training goes on (`alf.trainers.async_evaluator`); results are
@@ -229,6 +246,9 @@ class TrainerConfig:
     held_out_env_load_fn: Optional[Callable] = None
     num_held_out_eval_episodes: Optional[int] = None
     eval_deterministic: bool = True
+    calibrate_offsets: Optional[dict] = None
+    calibration_env_load_fn: Optional[Callable] = None
+    num_calibration_episodes: Optional[int] = None
     async_eval: bool = False
     summary_interval: int = 10
     checkpoint_interval: int = 100
@@ -270,12 +290,15 @@ class TrainerConfig:
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   "be a positive integer")
-        held_out = self.num_held_out_eval_episodes
-        if held_out is not None and (not isinstance(held_out, int)
-                                     or held_out < 1):
-            raise ConfigError(f"TrainerConfig.num_held_out_eval_episodes="
-                              f"{held_out!r}; it must be a positive integer "
-                              f"or None (num_eval_episodes)")
+        for name in ("num_held_out_eval_episodes",
+                     "num_calibration_episodes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
+                                  f"be a positive integer or None "
+                                  f"(num_eval_episodes)")
+        self._check_calibration()
         if (not isinstance(self.initial_collect_steps, int)
                 or self.initial_collect_steps < 0):
             raise ConfigError(f"TrainerConfig.initial_collect_steps="
@@ -305,6 +328,17 @@ class TrainerConfig:
         preemption.check_rule(self.preempt_rule)
         _parse_device(self.device)
         self._check_divides(self.world_size)
+
+    def _check_calibration(self) -> None:
+        """Refuses a ``calibrate_offsets`` that cannot be played."""
+        if self.calibrate_offsets is None:
+            return
+        calibration.candidates(self.calibrate_offsets)
+        if not self.eval_deterministic:
+            raise ConfigError(
+                f"TrainerConfig.calibrate_offsets={self.calibrate_offsets!r}"
+                " needs eval_deterministic=True (the offset moves the "
+                "deterministic action); drop one of them")
 
     def _check_segments(self) -> None:
         """Refuses a ``segment_length`` that cannot be used."""
@@ -441,6 +475,19 @@ class TrainerConfig:
         if check is not None:
             check(ranked, world_size)
         return ranked
+
+
+#: The evaluations' own environment loaders: rank 0's alone (and a
+#: gin-scoped one, ``@held_out/suite_metadrive.load``, does not pickle).
+EVALUATION_LOAD_FNS = ("held_out_env_load_fn", "calibration_env_load_fn")
+
+
+def without_evaluation_envs(config: TrainerConfig) -> TrainerConfig:
+    """``config`` with `EVALUATION_LOAD_FNS` unset: what a process that
+    does not evaluate (an actor) or gets them apart (the evaluator) is
+    sent."""
+    return dataclasses.replace(config, held_out_env_load_fn=None,
+                               calibration_env_load_fn=None)
 
 
 def _parse_device(setting) -> torch.device:

@@ -105,3 +105,45 @@ def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
     assert out.stderr.strip().count("\n") == 0, out.stderr
     assert out.stderr.startswith("alf.bin.calibrate: " + message), \
         out.stderr
+
+
+def test_a_run_that_calibrates_as_it_goes_replays_its_last_choice(
+        tmp_path):
+    """``TrainerConfig.calibrate_offsets``: the checkpoint acts with the
+    offset its evaluation chose (alf.bin.play replays the evaluation), and
+    alf.bin.calibrate on it plays the run's last calibration again (a
+    binding overrides the calibrated offset)."""
+    import csv
+    root = tmp_path / "run"
+    res = subprocess.run(
+        [sys.executable, "-m", "alf.bin.train", "--gin_file",
+         "ppo_pendulum.gin", "--root_dir", str(root),
+         "--gin_param", "TrainerConfig.num_env_steps=2048",
+         "--gin_param", "TrainerConfig.eval_interval=0",
+         "--gin_param", "TrainerConfig.num_eval_episodes=2",
+         "--gin_param", "TrainerConfig.calibrate_offsets={0: (-2.0, 1.0)}"],
+        capture_output=True, text=True, timeout=200, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "calibrated offset 0=" in res.stderr
+    with open(root / "calibration.csv") as f:
+        played = {float(r["offset_0"]): float(r["average_return"])
+                  for r in csv.DictReader(f)}
+    with open(root / "eval.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    chosen = float(last["offset_0"])
+    assert played[chosen] == max(played.values())
+    play = subprocess.run(
+        [sys.executable, "-m", "alf.bin.play", "--root_dir", str(root),
+         "--num_episodes", "2"],
+        capture_output=True, text=True, timeout=200, cwd=REPO)
+    assert play.returncode == 0, play.stderr[-3000:]
+    mean = [ln.split() for ln in play.stdout.splitlines()
+            if ln.split()[:1] == ["mean"]][0]
+    assert float(mean[1]) == pytest.approx(
+        float(last["average_return"]), abs=1e-3)
+    out = _cli("--root_dir", str(root), "--checkpoint", "latest",
+               "--offsets", "0=-2.0,1.0", "--num_episodes", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {float(m.group(1)): float(m.group(2)) for m in re.finditer(
+        r"^\s*0=([-+.\d]+)\s+(-?[\d.]+)", out.stdout, re.M)}
+    assert rows == pytest.approx(played, abs=1e-3)

@@ -1,0 +1,110 @@
+"""A constant added to a policy's deterministic action: configured
+(``PPOAlgorithm.deterministic_offset``) or chosen by the evaluations
+(``TrainerConfig.calibrate_offsets``, `alf.trainers.calibration`).
+
+A policy trained with exploration noise learns a mean for an agent that
+acts with that noise; acting with the mean alone can do worse (on MetaDrive
+the noise slows the car and its mean alone drives too fast:
+docs/metadrive.md). A constant offset per action dimension is the cheapest
+correction.
+"""
+from typing import Dict, Mapping, Optional, Tuple
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from alf.networks.actor import per_dimension
+from alf.utils.distributed import exclude_from_ddp
+from alf.utils.errors import ConfigError
+
+#: The algorithm's attribute (and state-dict prefix) holding a calibrated
+#: offset.
+CALIBRATED = "calibrated_offset"
+
+
+def box_bounds(action_space, what: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) of a one-dimensional Box; ``what`` names the setting
+    refused for any other action space."""
+    if (not isinstance(action_space, gym.spaces.Box)
+            or len(action_space.shape) != 1):
+        raise ConfigError(f"{what} needs a one-dimensional Box action space, "
+                          f"not {action_space}")
+    return (torch.as_tensor(action_space.low, dtype=torch.float32),
+            torch.as_tensor(action_space.high, dtype=torch.float32))
+
+
+def check_dimensions(dims: Mapping, action_space, what: str) -> int:
+    """The action's dimension count; refuses keys of ``dims`` that are not
+    its dimensions (``what`` names the setting)."""
+    n = action_space.shape[0]
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < n
+               for d in dims):
+        raise ConfigError(f"{what}; valid: dimensions in 0..{n - 1}")
+    return n
+
+
+def configured_offset(action_space, offset
+                      ) -> Optional[Tuple[torch.Tensor, ...]]:
+    """(offset, low, high) of ``PPOAlgorithm.deterministic_offset`` (None
+    for none), refused for actions it cannot shift."""
+    if offset is None:
+        return None
+    what = f"PPOAlgorithm.deterministic_offset={offset!r}"
+    low, high = box_bounds(action_space, what)
+    dims = action_space.shape[0]
+    if isinstance(offset, dict):
+        # {dimension: offset}: the dimensions not named keep their mode.
+        check_dimensions(offset, action_space, what)
+        offset = [offset.get(d, 0.0) for d in range(dims)]
+    return (per_dimension(offset, dims, "PPOAlgorithm.deterministic_offset"),
+            low, high)
+
+
+def shift(mode: torch.Tensor, offset: torch.Tensor, low: torch.Tensor,
+          high: torch.Tensor) -> torch.Tensor:
+    """``mode`` moved by ``offset`` inside the box [low, high]."""
+    offset, low, high = (t.to(mode) for t in (offset, low, high))
+    # From the action the environment takes: a Gaussian's mean beyond the
+    # box is clipped there first.
+    return (mode.clamp(low, high) + offset).clamp(low, high)
+
+
+class CalibratedOffset(nn.Module):
+    """The offset the latest evaluation chose (`set`), kept in checkpoints
+    so that ``alf.bin.play`` and ``best.pt`` act as that evaluation did.
+
+    Rank 0 alone evaluates, so the buffer is rank-local (`exclude_from_ddp`):
+    the other ranks never act deterministically and never write it.
+
+    Args:
+        action_space: a one-dimensional Box.
+        dims: the action dimensions calibrated (for the error message).
+    """
+
+    value: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, action_space, dims: Mapping):
+        super().__init__()
+        what = f"TrainerConfig.calibrate_offsets={dict(dims)!r}"
+        low, high = box_bounds(action_space, what)
+        n = check_dimensions(dims, action_space, what)
+        self.register_buffer("value", torch.zeros(n))
+        self.register_buffer("low", low)
+        self.register_buffer("high", high)
+        exclude_from_ddp(self)
+
+    def set(self, offsets: Dict[int, float]) -> None:
+        """Acts with ``offsets`` (``{dimension: offset}``; others 0)."""
+        self.value.zero_()
+        for d, x in offsets.items():
+            self.value[d] = x
+
+    def get(self) -> Dict[int, float]:
+        """The offsets acted with, ``{dimension: offset}`` (all dimensions)."""
+        return {d: float(x) for d, x in enumerate(self.value.tolist())}
+
+    def forward(self, mode: torch.Tensor) -> torch.Tensor:
+        return shift(mode, self.value, self.low, self.high)
