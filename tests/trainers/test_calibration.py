@@ -145,3 +145,26 @@ def test_evaluations_play_and_keep_the_offset_they_choose(tmp_path,
     k = evals["average_return"].index(max(evals["average_return"]))
     assert best["algorithm"][f"{CALIBRATED}.value"].tolist() == [
         evals["offset_0"][k]]
+
+
+@pytest.mark.timeout(240)
+def test_a_resumed_run_sets_its_discarded_calibrations_aside(tmp_path):
+    import csv
+    import glob
+    root = str(tmp_path)
+    cfg = _pendulum(eval_interval=1, checkpoint_interval=2,
+                    max_checkpoints=None)
+    Trainer(root, config=cfg).train()
+    os.remove(os.path.join(root, "ckpt", "ckpt-256.pt"))
+    Trainer(root, config=cfg).train()  # from 128 env steps
+
+    def steps(path):
+        with open(path) as f:
+            return [int(float(r["env_steps"])) for r in csv.DictReader(f)]
+
+    # Three candidates per evaluation, each evaluation once, in order.
+    assert steps(os.path.join(root, CALIBRATION_CSV)) == [
+        s for s in (64, 128, 192, 256) for _ in range(3)]
+    aside = glob.glob(os.path.join(root, "calibration-discarded-*.csv"))
+    assert len(aside) == 1
+    assert steps(aside[0]) == [s for s in (192, 256) for _ in range(3)]
