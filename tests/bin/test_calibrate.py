@@ -107,21 +107,34 @@ def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
         out.stderr
 
 
+# A validation split: the same environment with episodes of 50 steps
+# (which alf.bin.calibrate reproduces with an unscoped binding), played
+# by an evaluator process while actors collect (neither may be sent a
+# gin-scoped function: it does not pickle).
+VALIDATION = ["TrainerConfig.calibration_env_load_fn=@validation/"
+              "suite_gym.load", "validation/suite_gym.load."
+              "max_episode_steps=50", "TrainerConfig.async_eval=True",
+              "TrainerConfig.unroll_mode='async'"]
+
+
+@pytest.mark.parametrize("split", ["training", "validation"])
 def test_a_run_that_calibrates_as_it_goes_replays_its_last_choice(
-        tmp_path):
+        tmp_path, split):
     """``TrainerConfig.calibrate_offsets``: the checkpoint acts with the
     offset its evaluation chose (alf.bin.play replays the evaluation), and
     alf.bin.calibrate on it plays the run's last calibration again (a
     binding overrides the calibrated offset)."""
     import csv
     root = tmp_path / "run"
+    extra = VALIDATION if split == "validation" else []
     res = subprocess.run(
         [sys.executable, "-m", "alf.bin.train", "--gin_file",
          "ppo_pendulum.gin", "--root_dir", str(root),
          "--gin_param", "TrainerConfig.num_env_steps=2048",
          "--gin_param", "TrainerConfig.eval_interval=0",
          "--gin_param", "TrainerConfig.num_eval_episodes=2",
-         "--gin_param", "TrainerConfig.calibrate_offsets={0: (-2.0, 1.0)}"],
+         "--gin_param", "TrainerConfig.calibrate_offsets={0: (-2.0, 1.0)}",
+         *[a for b in extra for a in ("--gin_param", b)]],
         capture_output=True, text=True, timeout=200, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "calibrated offset 0=" in res.stderr
@@ -141,8 +154,10 @@ def test_a_run_that_calibrates_as_it_goes_replays_its_last_choice(
             if ln.split()[:1] == ["mean"]][0]
     assert float(mean[1]) == pytest.approx(
         float(last["average_return"]), abs=1e-3)
+    short = (["--gin_param", "suite_gym.load.max_episode_steps=50"]
+             if extra else [])
     out = _cli("--root_dir", str(root), "--checkpoint", "latest",
-               "--offsets", "0=-2.0,1.0", "--num_episodes", "2")
+               "--offsets", "0=-2.0,1.0", "--num_episodes", "2", *short)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {float(m.group(1)): float(m.group(2)) for m in re.finditer(
         r"^\s*0=([-+.\d]+)\s+(-?[\d.]+)", out.stdout, re.M)}
