@@ -18,14 +18,14 @@ from typing import Any, Callable, Dict, Optional, Union
 import torch
 from absl import logging
 
+from alf.algorithms.deterministic_offset import CALIBRATED
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.environments.batched import check_environment
-from alf.algorithms.deterministic_offset import CALIBRATED
 from alf.trainers import seeds
-from alf.trainers.calibration import (Calibrator, check_algorithm,
-                                      make_calibrator, offset_columns)
 from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
                                           snapshot)
+from alf.trainers.calibration import (Calibrator, check_algorithm,
+                                      make_calibrator, offset_columns)
 from alf.trainers.checkpointer import free_space
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.collector import AsyncCollector, SyncCollector
