@@ -544,6 +544,14 @@ class AsyncCollector:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        # Every process is gone, so the receiver meets the end of every
+        # pipe and returns; only then are the pipes closed. A pipe closed
+        # under the receiver's read frees its descriptor for the next pipe
+        # opened (the next collector's), whose messages the old receiver
+        # would then read from the middle.
+        receiver = getattr(self, "_receiver", None)
+        if receiver is not None:
+            receiver.join(timeout=10)
         for conn in self._conns:
             conn.close()
 
