@@ -81,12 +81,18 @@ def _binding(run_dir: str, name: str, whole_line: bool = False
 
 
 def evaluation_policy(run_dir: str) -> Optional[str]:
-    """``"deterministic"`` or ``"sampling"``: how the run evaluated, from
-    its config.gin (None when the file does not say)."""
+    """``"deterministic"`` (``"deterministic, calibrated"`` where every
+    evaluation chose its offset: ``TrainerConfig.calibrate_offsets``) or
+    ``"sampling"``: how the run evaluated, from its config.gin (None when
+    the file does not say)."""
     value = _binding(run_dir, "TrainerConfig.eval_deterministic")
     if value is None:
         return None
-    return "deterministic" if value == "True" else "sampling"
+    if value != "True":
+        return "sampling"
+    calibrated = _binding(run_dir, "TrainerConfig.calibrate_offsets")
+    return ("deterministic" if calibrated in (None, "None")
+            else "deterministic, calibrated")
 
 
 def behaviour_policy(run_dir: str) -> str:

@@ -61,6 +61,14 @@ def test_default_metrics_are_every_column_and_policy_is_named(tmp_path):
         ("training (sampling)", "route_completion")]
 
 
+def test_a_calibrating_run_is_named_so(tmp_path):
+    run = _run(tmp_path)
+    with open(os.path.join(run, "config.gin"), "a") as f:
+        f.write("TrainerConfig.calibrate_offsets = {1: (-0.2, -0.1)}\n")
+    _, rows = report.report_rows(run, ["route_completion"])
+    assert rows[0].split == "training (deterministic, calibrated)"
+
+
 def test_rollouts_are_episode_weighted_means_within_the_window(tmp_path):
     run = _run(tmp_path)
     _write_events(run, {
