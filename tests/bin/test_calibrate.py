@@ -18,17 +18,23 @@ def pendulum_run(tmp_path_factory):
     """A short PPO run on Pendulum (a Box action in [-2, 2]) whose
     evaluations also play a held-out copy of the environment."""
     root = tmp_path_factory.mktemp("calibrate") / "run"
+    _train(root, "TrainerConfig.eval_interval=1",
+           "TrainerConfig.held_out_env_load_fn=@held_out/suite_gym.load")
+    return root
+
+
+def _train(root, *gin_params) -> str:
+    """Trains ppo_pendulum.gin for 2048 steps, two episodes an evaluation,
+    with ``gin_params``; returns the log."""
     res = subprocess.run(
         [sys.executable, "-m", "alf.bin.train", "--gin_file",
          "ppo_pendulum.gin", "--root_dir", str(root),
          "--gin_param", "TrainerConfig.num_env_steps=2048",
-         "--gin_param", "TrainerConfig.eval_interval=1",
          "--gin_param", "TrainerConfig.num_eval_episodes=2",
-         "--gin_param",
-         "TrainerConfig.held_out_env_load_fn=@held_out/suite_gym.load"],
+         *[a for p in gin_params for a in ("--gin_param", p)]],
         capture_output=True, text=True, timeout=200, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
-    return root
+    return res.stderr
 
 
 def _cli(*args):
@@ -127,17 +133,9 @@ def test_a_run_that_calibrates_as_it_goes_replays_its_last_choice(
     import csv
     root = tmp_path / "run"
     extra = VALIDATION if split == "validation" else []
-    res = subprocess.run(
-        [sys.executable, "-m", "alf.bin.train", "--gin_file",
-         "ppo_pendulum.gin", "--root_dir", str(root),
-         "--gin_param", "TrainerConfig.num_env_steps=2048",
-         "--gin_param", "TrainerConfig.eval_interval=0",
-         "--gin_param", "TrainerConfig.num_eval_episodes=2",
-         "--gin_param", "TrainerConfig.calibrate_offsets={0: (-2.0, 1.0)}",
-         *[a for b in extra for a in ("--gin_param", b)]],
-        capture_output=True, text=True, timeout=200, cwd=REPO)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "calibrated offset 0=" in res.stderr
+    log = _train(root, "TrainerConfig.eval_interval=0",
+                 "TrainerConfig.calibrate_offsets={0: (-2.0, 1.0)}", *extra)
+    assert "calibrated offset 0=" in log
     with open(root / "calibration.csv") as f:
         played = {float(r["offset_0"]): float(r["average_return"])
                   for r in csv.DictReader(f)}
