@@ -106,5 +106,17 @@ class CalibratedOffset(nn.Module):
         """The offsets acted with, ``{dimension: offset}`` (all dimensions)."""
         return {d: float(x) for d, x in enumerate(self.value.tolist())}
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # A checkpoint from before calibration was turned on (a run resumed
+        # with ``calibrate_offsets`` added) has none: act with no offset
+        # until the next evaluation chooses one.
+        if prefix + "value" not in state_dict:
+            return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     def forward(self, mode: torch.Tensor) -> torch.Tensor:
         return shift(mode, self.value, self.low, self.high)

@@ -98,6 +98,14 @@ def test_the_calibrated_offset_acts_unless_a_binding_overrides_it():
     # Without calibration nothing is added to the state.
     plain = PPOAlgorithm(space, action, _pendulum(calibrate_offsets=None))
     assert not any(k.startswith(CALIBRATED) for k in plain.state_dict())
+    # Its checkpoint loads strictly into a calibrating algorithm (a run
+    # resumed with calibrate_offsets added), which acts with no offset
+    # until an evaluation chooses one.
+    resumed = PPOAlgorithm(space, action, cfg)
+    resumed.load_state_dict(plain.state_dict())
+    assert resumed.state_dict()[f"{CALIBRATED}.value"].tolist() == [0.0]
+    torch.testing.assert_close(resumed.predict_step(obs).output,
+                               plain.predict_step(obs).output)
 
 
 def _check_run(root: str) -> dict:
