@@ -30,8 +30,9 @@ CALIBRATION_CSV = "calibration.csv"
 def candidates(grid: Mapping, what: str = "TrainerConfig.calibrate_offsets"
                ) -> List[Offsets]:
     """Every combination of the per-dimension candidates of ``grid``
-    (``{dimension: (x, y, ...)}``), as ``{dimension: offset}``, 0 always
-    among them, in sorted order (the all-zero combination is among them).
+    (``{dimension: (x, y, ...)}``, a number for one), as ``{dimension:
+    offset}``, each dimension's values sorted with 0 added (so no offset
+    at all is always a candidate).
 
     Raises:
         ConfigError: naming ``what``, for a grid of another form.
