@@ -19,6 +19,8 @@ from alf.utils.errors import AlfError
 # The evaluation files' names, as alf.trainers.evaluator writes them
 # (importing it would import torch).
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
+# alf.trainers.calibration's: every candidate offset's scores.
+CALIBRATION_CSV = "calibration.csv"
 DEFAULT_METRIC = "average_return"
 Run = Tuple[str, int]  # (side name, seed)
 # Env steps and returns: lists, or arrays as `align` makes them.

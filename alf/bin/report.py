@@ -6,7 +6,7 @@ deterministic evaluation can be read beside the policy that was trained.
 
     python -m alf.bin.report --root_dir RUN \
         [--metrics route_completion,success_rate] [--rollouts] \
-        [--window 41000] [--last 3] [--plot FILE.png] \
+        [--calibration] [--window 41000] [--last 3] [--plot FILE.png] \
         [--baseline DIR ...]
 
 Prints a Markdown table (one column per evaluation, one row per split and
@@ -15,11 +15,16 @@ metric) and the mean of each row over its last ``--last`` evaluations;
 adds a fixed policy evaluated the same way (a folder with its own eval.csv
 and eval_held_out.csv, e.g. those ``benchmarks/metadrive_baselines.py
 --out_dir`` writes for random actions and full throttle): its last
-evaluation, as a constant row and a dashed line. Reads only what the runs
+evaluation, as a constant row and a dashed line. ``--calibration`` adds,
+for a run that calibrates its deterministic offset
+(``TrainerConfig.calibrate_offsets``), what every candidate offset scored
+on the calibration episodes before each evaluation (calibration.csv; the
+chosen one is eval.csv's ``offset_D``). Reads only what the runs
 wrote (eval.csv, eval_held_out.csv, train/events*), so it works on a run
 still training. Exit codes: 0, or 1 with a one-line error.
 """
 import ast
+import csv
 import glob
 import math
 import os
@@ -30,7 +35,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from absl import app, flags
 
-from alf.bin.curves import EVAL_CSV, HELD_OUT_CSV, read_curves
+from alf.bin.curves import CALIBRATION_CSV, EVAL_CSV, HELD_OUT_CSV, read_curves
 from alf.utils.errors import AlfError, one_line
 
 ROLLOUT_PREFIX = "rollout/"
@@ -55,6 +60,9 @@ def define_flags() -> None:
                       "all of them).")
     flags.DEFINE_bool("rollouts", False, "Also show the training episodes' "
                       "rollout/ summaries around each evaluation.")
+    flags.DEFINE_bool("calibration", False, "Also show what each candidate "
+                      "deterministic offset scored before each evaluation "
+                      "(a run with TrainerConfig.calibrate_offsets).")
     flags.DEFINE_integer("window", None, "Rollout summaries within this many "
                          "env steps of an evaluation count for it (default: "
                          "half the median spacing of the evaluations).")
@@ -192,19 +200,61 @@ def baseline_rows(base_dir: str, metrics: Sequence[str], width: int
     return rows
 
 
+def calibration_rows(run_dir: str, metrics: Sequence[str],
+                     steps: Sequence[int]) -> List[Row]:
+    """For each of ``metrics``, one row per candidate offset: what it
+    scored on the calibration episodes before each of ``steps``'
+    evaluations (NaN where it was not played), from calibration.csv.
+
+    Raises:
+        AlfError: the run wrote no calibration.csv, or the file lacks a
+            metric.
+    """
+    path = os.path.join(run_dir, CALIBRATION_CSV)
+    if not os.path.isfile(path):
+        raise AlfError(f"--calibration: {path} does not exist (the run "
+                       "did not set TrainerConfig.calibrate_offsets)")
+    with open(path, newline="") as f:
+        played = list(csv.DictReader(f))
+    columns = sorted((c for c in (played[0] if played else ())
+                      if c.startswith("offset_")),
+                     key=lambda c: int(c[len("offset_"):]))
+    scores: Dict[Tuple[float, ...], Dict[str, Dict[int, float]]] = {}
+    for r in played:
+        offsets = tuple(float(r[c]) for c in columns)
+        for m in metrics:
+            if m not in r:
+                raise AlfError(f"--calibration: {path} has no {m!r} "
+                               "column")
+            # A step calibrated twice (a resumed run) keeps the later row.
+            scores.setdefault(offsets, {}).setdefault(m, {})[
+                int(float(r["env_steps"]))] = float(r[m])
+    rows = []
+    for m in metrics:
+        for offsets in sorted(scores):
+            name = " ".join(f"{c[len('offset_'):]}={x:+.3g}"
+                            for c, x in zip(columns, offsets))
+            by_step = scores[offsets].get(m, {})
+            rows.append(Row(f"calibration, offset {name}", m,
+                            [by_step.get(s, math.nan) for s in steps]))
+    return rows
+
+
 def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
                 rollouts: bool = False, window: Optional[int] = None,
-                baselines: Sequence[str] = ()
+                baselines: Sequence[str] = (), calibration: bool = False
                 ) -> Tuple[List[int], List[Row]]:
     """The run's evaluation steps and the rows of its report: for each
     metric, the training environments' evaluation, the held-out one (if
-    the run has it), the rollouts' (if asked) and the ``baselines``'
-    constants, on the training evaluations' steps.
+    the run has it), the rollouts' (if asked), the candidate offsets'
+    calibration scores (if asked) and the ``baselines``' constants, on
+    the training evaluations' steps.
 
     Raises:
         AlfError: a missing run or eval.csv, a metric that is not one of
-            eval.csv's columns, ``rollouts`` on a run without summaries, or
-            a baseline folder without the metrics.
+            eval.csv's columns, ``rollouts`` on a run without summaries,
+            ``calibration`` on a run without calibration.csv, or a
+            baseline folder without the metrics.
     """
     if not os.path.isdir(run_dir):
         raise AlfError(f"--root_dir={run_dir}: no such folder")
@@ -229,6 +279,8 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
     behaviour = behaviour_policy(run_dir)
     fixed = [r for b in baselines
              for r in baseline_rows(b, metrics, len(steps))]
+    calibrated = (calibration_rows(run_dir, metrics, steps) if calibration
+                  else [])
     rows: List[Row] = []
     for m in metrics:
         rows.append(Row("training" + suffix, m, list(train[m])))
@@ -241,7 +293,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
             rows.append(Row(f"rollouts ({behaviour}, ±{window})", m,
                             window_means(summaries.get(m, []), steps,
                                          window, episodes)))
-        rows += [r for r in fixed if r.metric == m]
+        rows += [r for r in calibrated + fixed if r.metric == m]
     return steps, rows
 
 
@@ -308,7 +360,8 @@ def main(argv: List[str]) -> int:
         steps, rows = report_rows(run_dir, FLAGS.metrics, FLAGS.rollouts,
                                   FLAGS.window, [
                                       os.path.expanduser(b)
-                                      for b in FLAGS.baseline or ()])
+                                      for b in FLAGS.baseline or ()],
+                                  FLAGS.calibration)
         print(format_markdown(steps, rows, FLAGS.last))
         if FLAGS.plot:
             plot_rows(FLAGS.plot, steps, rows, os.path.basename(run_dir))

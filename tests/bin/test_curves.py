@@ -74,10 +74,11 @@ def test_align_reads_the_chosen_metric_and_names_the_valid_ones():
                       csv_name="eval_held_out.csv")
 
 
-def test_file_names_are_the_evaluators():
-    from alf.trainers import evaluator
-    assert (cur.EVAL_CSV, cur.HELD_OUT_CSV) == (
-        evaluator.EVAL_CSV, evaluator.HELD_OUT_CSV)
+def test_file_names_are_the_trainers():
+    from alf.trainers import calibration, evaluator
+    assert (cur.EVAL_CSV, cur.HELD_OUT_CSV, cur.CALIBRATION_CSV) == (
+        evaluator.EVAL_CSV, evaluator.HELD_OUT_CSV,
+        calibration.CALIBRATION_CSV)
 
 
 def test_verdict_names_the_metric():

@@ -69,6 +69,42 @@ def test_a_calibrating_run_is_named_so(tmp_path):
     assert rows[0].split == "training (deterministic, calibrated)"
 
 
+def _write_calibration(run, rows):
+    with open(os.path.join(run, "calibration.csv"), "w") as f:
+        f.write("env_steps,average_return,chosen,offset_1,route_completion\n")
+        f.writelines(f"{s},{r},{c},{o},{rc}\n" for s, r, c, o, rc in rows)
+
+
+def test_calibration_rows_are_each_candidates_scores(tmp_path):
+    run = _run(tmp_path)
+    _write_calibration(run, [
+        (1000, 1.0, 1, 0.0, 0.4), (1000, 0.5, 0, -0.2, 0.3),
+        # -0.2 was not played at 3000; 5000 was calibrated twice (resumed).
+        (3000, 2.0, 1, 0.0, 0.6),
+        (5000, 0.1, 0, 0.0, 0.1), (5000, 0.2, 1, -0.2, 0.2),
+        (5000, 3.0, 0, 0.0, 0.7), (5000, 4.0, 1, -0.2, 0.8)])
+    _, rows = report.report_rows(run, ["route_completion"],
+                                 calibration=True)
+    assert [r.split for r in rows] == [
+        "training (deterministic)", "held out (deterministic)",
+        "calibration, offset 1=-0.2", "calibration, offset 1=+0"]
+    low, zero = rows[2].values, rows[3].values
+    assert low[0] == pytest.approx(0.3) and math.isnan(low[1])
+    assert low[2] == pytest.approx(0.8)
+    assert zero == pytest.approx([0.4, 0.6, 0.7])
+
+
+def test_calibration_errors_name_the_file_or_column(tmp_path):
+    run = _run(tmp_path)
+    with pytest.raises(AlfError, match="calibration.csv does not exist "
+                       r"\(the run did not set TrainerConfig"):
+        report.report_rows(run, calibration=True)
+    with open(os.path.join(run, "calibration.csv"), "w") as f:
+        f.write("env_steps,chosen,offset_1\n1000,1,0.0\n")
+    with pytest.raises(AlfError, match="has no 'route_completion' column"):
+        report.report_rows(run, ["route_completion"], calibration=True)
+
+
 def test_rollouts_are_episode_weighted_means_within_the_window(tmp_path):
     run = _run(tmp_path)
     _write_events(run, {
