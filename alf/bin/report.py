@@ -202,9 +202,10 @@ def baseline_rows(base_dir: str, metrics: Sequence[str], width: int
 
 def calibration_rows(run_dir: str, metrics: Sequence[str],
                      steps: Sequence[int]) -> List[Row]:
-    """For each of ``metrics``, one row per candidate offset: what it
-    scored on the calibration episodes before each of ``steps``'
-    evaluations (NaN where it was not played), from calibration.csv.
+    """For each of ``metrics`` (but the ``offset_D`` columns), one row per
+    candidate offset: what it scored on the calibration episodes before
+    each of ``steps``' evaluations (NaN where it was not played), from
+    calibration.csv.
 
     Raises:
         AlfError: the run wrote no calibration.csv, or the file lacks a
@@ -219,6 +220,8 @@ def calibration_rows(run_dir: str, metrics: Sequence[str],
     columns = sorted((c for c in (played[0] if played else ())
                       if c.startswith("offset_")),
                      key=lambda c: int(c[len("offset_"):]))
+    # A candidate's own offset is no score.
+    metrics = [m for m in metrics if not m.startswith("offset_")]
     scores: Dict[Tuple[float, ...], Dict[str, Dict[int, float]]] = {}
     for r in played:
         offsets = tuple(float(r[c]) for c in columns)

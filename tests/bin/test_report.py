@@ -83,9 +83,15 @@ def test_calibration_rows_are_each_candidates_scores(tmp_path):
         (3000, 2.0, 1, 0.0, 0.6),
         (5000, 0.1, 0, 0.0, 0.1), (5000, 0.2, 1, -0.2, 0.2),
         (5000, 3.0, 0, 0.0, 0.7), (5000, 4.0, 1, -0.2, 0.8)])
-    _, rows = report.report_rows(run, ["route_completion"],
+    with open(os.path.join(run, "eval.csv"), "w") as f:
+        f.write("env_steps,route_completion,offset_1\n"
+                "1000,0.1,0.0\n3000,0.3,0.0\n5000,0.5,-0.2\n")
+    _, rows = report.report_rows(run, ["route_completion", "offset_1"],
                                  calibration=True)
-    assert [r.split for r in rows] == [
+    # No calibration rows for the chosen offset's column.
+    assert [r.split for r in rows[4:]] == ["training (deterministic)",
+                                           "held out (deterministic)"]
+    assert [r.split for r in rows[:4]] == [
         "training (deterministic)", "held out (deterministic)",
         "calibration, offset 1=-0.2", "calibration, offset 1=+0"]
     low, zero = rows[2].values, rows[3].values
