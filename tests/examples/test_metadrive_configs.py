@@ -68,7 +68,7 @@ def test_config_trains_a_few_iterations(gin_file, async_eval, tmp_path):
     if "deterministic" in gin_file:
         with open(tmp_path / "calibration.csv", newline="") as f:
             offsets = sorted(float(r["offset_1"]) for r in csv.DictReader(f))
-        assert offsets == [-0.3, -0.2, -0.1, 0.0]
+        assert offsets == [-0.5, -0.4, -0.3, -0.2, -0.1, 0.0]
     # The auxiliary phase ran (its summaries exist) at every iteration.
     from tensorboard.backend.event_processing.event_accumulator import \
         EventAccumulator
