@@ -401,6 +401,11 @@ class PPOAlgorithm(OnPolicyAlgorithm):
         kept in checkpoints (`alf.trainers.calibration`)."""
         getattr(self, CALIBRATED).set(offsets)
 
+    def get_calibrated_offset(self) -> Dict[int, float]:
+        """The offsets `set_calibrated_offset` last set (every dimension;
+        zeros before the first)."""
+        return getattr(self, CALIBRATED).get()
+
     def rollout_step(self, observation) -> AlgStep:
         dist = self.actor(observation)
         action = dist.sample()

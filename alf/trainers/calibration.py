@@ -18,7 +18,8 @@ evaluation, ``chosen`` 1 for the one kept) and the chosen offset to
 """
 import itertools
 import math
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence)
 
 from alf.utils.errors import ConfigError
 
@@ -109,17 +110,28 @@ class Calibrator:
         self._candidates = candidates(grid)
         self._metric = metric
 
-    def calibrate(self, algorithm) -> Calibration:
+    def calibrate(self, algorithm, should_stop: Optional[
+            Callable[[], bool]] = None) -> Calibration:
         """Plays every candidate, leaves ``algorithm`` acting with the best
         (`PPOAlgorithm.set_calibrated_offset`) and returns the calibration.
 
         Raises:
             ConfigError: the metric is not one the episodes report.
+            EvaluationStopped: ``should_stop()`` turned true (the algorithm
+                acts with the offset it had before).
         """
+        before = algorithm.get_calibrated_offset()
+        try:
+            return self._calibrate(algorithm, should_stop)
+        except BaseException:
+            algorithm.set_calibrated_offset(before)
+            raise
+
+    def _calibrate(self, algorithm, should_stop) -> Calibration:
         played = []
         for offsets in self._candidates:
             algorithm.set_calibrated_offset(offsets)
-            metrics = self._evaluator.evaluate(algorithm)
+            metrics = self._evaluator.evaluate(algorithm, should_stop)
             if self._metric not in metrics:
                 raise ConfigError(
                     f"calibration metric {self._metric!r} (best_metric) is "

@@ -20,6 +20,11 @@ EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 
 
+class EvaluationStopped(Exception):
+    """An evaluation abandoned between steps because training was asked to
+    stop (``should_stop``); nothing of it is recorded."""
+
+
 def make_evaluator(cfg, load_fn,
                    num_episodes: Optional[int] = None) -> "Evaluator":
     """An `Evaluator` of ``num_episodes`` episodes (default
@@ -160,7 +165,9 @@ class Evaluator:
         """Whether it acts with `predict_step` (else `rollout_step`)."""
         return self._deterministic
 
-    def evaluate(self, algorithm: RLAlgorithm) -> Dict[str, float]:
+    def evaluate(self, algorithm: RLAlgorithm,
+                 should_stop: Optional[Callable[[], bool]] = None
+                 ) -> Dict[str, float]:
         """Plays `num_episodes` episodes; returns the averages.
 
         Episode ``e`` (started from ``seed + e``) is a function of the
@@ -169,8 +176,11 @@ class Evaluator:
         stream of its own, seeded ``seed + e``. So evaluations are
         reproducible, ``alf.bin.play`` replays their episodes exactly, and
         training's RNG is left alone.
+
+        Raises:
+            EvaluationStopped: ``should_stop()`` turned true between steps.
         """
-        return evaluate_together([self], algorithm)[0]
+        return evaluate_together([self], algorithm, should_stop)[0]
 
     def _rounds(self) -> List[List[Tuple[
             BatchedEnvironment, Optional[int],
@@ -200,7 +210,9 @@ class Evaluator:
 
 @torch.inference_mode()
 def evaluate_together(evaluators: Sequence[Evaluator],
-                      algorithm: RLAlgorithm) -> List[Dict[str, float]]:
+                      algorithm: RLAlgorithm,
+                      should_stop: Optional[Callable[[], bool]] = None
+                      ) -> List[Dict[str, float]]:
     """Plays the episodes of several evaluators (a run's training and
     held-out ones) at the same time; returns each one's averages.
 
@@ -215,6 +227,8 @@ def evaluate_together(evaluators: Sequence[Evaluator],
 
     Raises:
         ValueError: the evaluators disagree on ``deterministic``.
+        EvaluationStopped: ``should_stop()`` (asked between steps) turned
+            true.
     """
     if len({e.deterministic for e in evaluators}) > 1:
         raise ValueError("evaluate_together needs evaluators that all act "
@@ -234,7 +248,7 @@ def evaluate_together(evaluators: Sequence[Evaluator],
             now = [(k, x[r]) for k, x in enumerate(rounds) if r < len(x)]
             returns, lengths, metrics = _play(
                 [g for _, groups in now for g in groups], algorithm,
-                evaluators[0].deterministic)
+                evaluators[0].deterministic, should_stop)
             first = 0
             for k, groups in now:
                 n = sum(env.num_envs for env, _, _ in groups)
@@ -259,7 +273,8 @@ def evaluate_together(evaluators: Sequence[Evaluator],
     return out
 
 
-def _play(groups, algorithm, deterministic: bool):
+def _play(groups, algorithm, deterministic: bool,
+          should_stop: Optional[Callable[[], bool]] = None):
     """One episode in every environment of ``groups`` ((group, seed,
     threads) triples); returns per-environment returns and lengths, and
     metric name -> per-environment value (NaN where not reported)."""
@@ -270,13 +285,14 @@ def _play(groups, algorithm, deterministic: bool):
          for env, seed, _ in groups for i in range(env.num_envs)],
         algorithm)
     try:
-        return _steps(groups, algorithm, streams)
+        return _steps(groups, algorithm, streams, should_stop)
     finally:
         if streams is not None:
             streams.close()
 
 
-def _steps(groups, algorithm, streams: Optional["_EpisodeStreams"]):
+def _steps(groups, algorithm, streams: Optional["_EpisodeStreams"],
+           should_stop: Optional[Callable[[], bool]] = None):
     """`_play`'s episodes, from their resets to their ends."""
     sizes = [env.num_envs for env, _, _ in groups]
     starts = [sum(sizes[:g]) for g in range(len(sizes))]
@@ -297,6 +313,9 @@ def _steps(groups, algorithm, streams: Optional["_EpisodeStreams"]):
     timesteps = each(lambda env, s: env.reset(seed=s), playing,
                      [seed for _, seed, _ in groups])
     while playing:
+        if should_stop is not None and should_stop():
+            # The next evaluation resets every environment it plays.
+            raise EvaluationStopped()
         obs = algorithm.observe(nest.map_structure(
             lambda *x: torch.cat(x), *[ts.observation for ts in timesteps]),
             update=False)

@@ -30,7 +30,8 @@ from alf.trainers.checkpointer import free_space
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
-from alf.trainers.evaluator import (Evaluator, evaluate_together,
+from alf.trainers.evaluator import (EvaluationStopped, Evaluator,
+                                    evaluate_together,
                                     make_evaluator)
 from alf.trainers.preemption import Preemption, make_preemption
 from alf.trainers.reporting import Reporter
@@ -331,10 +332,24 @@ class Trainer:
                 and self._run_state is not None and self._reporter is not None)
         evaluators = [self._evaluator] + (
             [] if self._held_out is None else [self._held_out])
-        with self._reporter.evaluation_time():
-            calibration = (None if self._calibrator is None else
-                           self._calibrator.calibrate(self.algorithm))
-            results = evaluate_together(evaluators, self.algorithm)
+        # A stop asked for mid-evaluation abandons it (a calibrating one
+        # lasts minutes, past the launcher's grace), so that the stop's
+        # checkpoint is saved; the last one finishes: a finished run is
+        # never evaluated again.
+        should_stop = None if final else (
+            lambda: bool(self._stop_requests.signal))
+        try:
+            with self._reporter.evaluation_time():
+                calibration = (None if self._calibrator is None else
+                               self._calibrator.calibrate(self.algorithm,
+                                                          should_stop))
+                results = evaluate_together(evaluators, self.algorithm,
+                                            should_stop)
+        except EvaluationStopped:
+            logging.warning("%s: the evaluation at %d env steps was stopped "
+                            "and is not recorded", process.signal_name(
+                                self._stop_requests.signal), self.env_steps)
+            return {}
         held_out = results[1] if len(results) > 1 else None
         result = self._record(EvalResult(self.env_steps, results[0],
                                          held_out, None, calibration))

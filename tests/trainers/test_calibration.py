@@ -176,3 +176,43 @@ def test_a_resumed_run_sets_its_discarded_calibrations_aside(tmp_path):
     aside = glob.glob(os.path.join(root, "calibration-discarded-*.csv"))
     assert len(aside) == 1
     assert steps(aside[0]) == [s for s in (192, 256) for _ in range(3)]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("stop_at, kept", [
+    (6, [64]),  # the second evaluation's second candidate: dropped
+    (8, [64]),  # its evaluation proper, after calibrating: dropped
+    (14, [64, 128, 192, 256]),  # the final one: finished, then the stop
+])
+def test_a_stop_mid_evaluation_drops_it_and_checkpoints(tmp_path, monkeypatch,
+                                                        stop_at, kept):
+    """Ctrl-C while rank 0 calibrates or evaluates (minutes on MetaDrive,
+    beyond the launcher's grace) abandons that evaluation: no row, the
+    offset chosen before, the stop's checkpoint saved. The final
+    evaluation is finished: a finished run never evaluates again."""
+    from alf.trainers import evaluator
+    from alf.trainers.trainer import TrainingInterrupted
+    root = str(tmp_path)
+    trainer = Trainer(root, config=_pendulum(eval_interval=1))
+    # Per evaluation: one round per candidate (3), then the evaluation.
+    calls = []
+    play = evaluator._play
+
+    def stopping_play(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == stop_at:
+            trainer.request_stop()
+        return play(*args, **kwargs)
+
+    monkeypatch.setattr(evaluator, "_play", stopping_play)
+    with pytest.raises(TrainingInterrupted):
+        trainer.train()
+    evals = read_eval_csv(os.path.join(root, "eval.csv"))
+    assert evals["env_steps"] == kept
+    rows = read_eval_csv(os.path.join(root, CALIBRATION_CSV))
+    assert rows["env_steps"] == kept
+    ckpt = Checkpointer(os.path.join(root, "ckpt"))
+    state = ckpt.load(ckpt.latest())
+    assert state["counters"]["env_steps"] == (128 if len(kept) == 1 else 256)
+    assert state["algorithm"][f"{CALIBRATED}.value"].tolist() == [
+        evals["offset_0"][-1]]

@@ -462,8 +462,8 @@ def _returns(evaluators, policy, monkeypatch):
     seen = []
     play = ev._play
 
-    def spy(groups, algorithm, deterministic):
-        out = play(groups, algorithm, deterministic)
+    def spy(*args):
+        out = play(*args)
         seen.append(out[0].tolist())
         return out
 
