@@ -35,7 +35,7 @@ TINY = {
     # Top-down rendering in actors. (In subprocess environments, as the
     # synchronous path has them: test_suite_metadrive's top-down test.)
     ("ppg_metadrive_bev.gin", False),
-    # Evaluations that choose the throttle offset on validation scenarios.
+    # ppg_metadrive.gin at 1M steps.
     ("ppg_metadrive_deterministic.gin", False),
 ])
 def test_config_trains_a_few_iterations(gin_file, async_eval, tmp_path):
@@ -65,10 +65,11 @@ def test_config_trains_a_few_iterations(gin_file, async_eval, tmp_path):
         for column in ("success_rate", "route_completion", "crash_rate"):
             assert 0.0 <= float(rows[0][column]) <= 1.0, rows[0]
     assert os.listdir(tmp_path / "ckpt")
-    if "deterministic" in gin_file:
-        with open(tmp_path / "calibration.csv", newline="") as f:
-            offsets = sorted(float(r["offset_1"]) for r in csv.DictReader(f))
-        assert offsets == [-0.5, -0.4, -0.3, -0.2, -0.1, 0.0]
+    # Every config includes ppg_metadrive.gin's calibrated deterministic
+    # evaluation.
+    with open(tmp_path / "calibration.csv", newline="") as f:
+        offsets = sorted(float(r["offset_1"]) for r in csv.DictReader(f))
+    assert offsets == [-0.5, -0.4, -0.3, -0.2, -0.1, 0.0]
     # The auxiliary phase ran (its summaries exist) at every iteration.
     from tensorboard.backend.event_processing.event_accumulator import \
         EventAccumulator
