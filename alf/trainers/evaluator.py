@@ -74,15 +74,18 @@ def make_evaluator(cfg, load_fn,
 
 
 def _close_all(envs: Sequence[BatchedEnvironment]) -> None:
-    """Closes every one of ``envs``, then raises the first failure."""
-    failure: Optional[BaseException] = None
-    for env in envs:
-        try:
-            env.close()
-        except Exception as e:  # noqa: BLE001 - re-raised below
-            failure = failure or e
-    if failure is not None:
-        raise failure
+    """Closes every one of ``envs`` at once, then raises the first failure.
+
+    At once: a MetaDrive environment takes ~1 s to close, mostly waiting
+    for its subprocess, and a calibrating run's rank 0 holds 30 of them
+    (a 31 s teardown one after another).
+    """
+    if not envs:
+        return
+    with concurrent.futures.ThreadPoolExecutor(len(envs)) as pool:
+        futures = [pool.submit(env.close) for env in envs]
+    for f in futures:
+        f.result()  # the first failure raises
 
 
 class Evaluator:
