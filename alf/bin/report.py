@@ -222,13 +222,13 @@ def calibration_rows(run_dir: str, metrics: Sequence[str],
                      key=lambda c: int(c[len("offset_"):]))
     # A candidate's own offset is no score.
     metrics = [m for m in metrics if not m.startswith("offset_")]
+    for m in metrics:
+        if played and m not in played[0]:
+            raise AlfError(f"--calibration: {path} has no {m!r} column")
     scores: Dict[Tuple[float, ...], Dict[str, Dict[int, float]]] = {}
     for r in played:
         offsets = tuple(float(r[c]) for c in columns)
         for m in metrics:
-            if m not in r:
-                raise AlfError(f"--calibration: {path} has no {m!r} "
-                               "column")
             # A step calibrated twice (a resumed run) keeps the later row.
             scores.setdefault(offsets, {}).setdefault(m, {})[
                 int(float(r["env_steps"]))] = float(r[m])

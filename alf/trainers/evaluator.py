@@ -76,9 +76,9 @@ def make_evaluator(cfg, load_fn,
 def _close_all(envs: Sequence[BatchedEnvironment]) -> None:
     """Closes every one of ``envs`` at once, then raises the first failure.
 
-    At once: a MetaDrive environment takes ~1 s to close, mostly waiting
-    for its subprocess, and a calibrating run's rank 0 holds 30 of them
-    (a 31 s teardown one after another).
+    At once: a MetaDrive environment takes ~1 s to close (two of them
+    from two threads as long as one), and a calibrating run's rank 0
+    holds 30 of them (a 31 s teardown one after another).
     """
     if not envs:
         return
