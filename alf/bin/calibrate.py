@@ -122,7 +122,7 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
         checked[name] = mean_row(play(root_dir, checkpoint, num_episodes,
                                    gin_params=[*gin_params,
                                                binding(offsets)],
-                                   held_out=True))
+                                   split="held_out"))
     return best, checked
 
 

@@ -2,7 +2,7 @@ r"""Play a trained policy: a per-episode table, optionally a video.
 
     python -m alf.bin.play --root_dir DIR [--checkpoint latest|best|N] \
         [--num_episodes 3] [--sampling] [--record_file out.gif|out.mp4] \
-        [--held_out] [--gin_param ...] [--seed S]
+        [--split training|held_out|calibration] [--gin_param ...] [--seed S]
 
 Rebuilds the run from ``DIR/config.gin`` (or, for a checkpoint taken after
 the run was resumed with other bindings, the ``config-resumed-S.gin`` it
@@ -17,8 +17,12 @@ defaults to the run's evaluation seed, where the trainer's evaluations
 start their episode ``e`` with the same noise (`evaluator.act_per_episode`):
 the first ``num_eval_episodes`` episodes of a replay of checkpoint N are
 the evaluation at N, episode by episode, and their means its row of
-``eval.csv`` (``--held_out``: the held-out environments,
-``eval_held_out.csv``).
+``eval.csv`` (``--split held_out``, or ``--held_out``: the held-out
+environments, ``eval_held_out.csv``; ``--split calibration``: the
+environments a calibrating run chooses its offset on, where the first
+``num_calibration_episodes`` episodes, played with a candidate's
+``--gin_param PPOAlgorithm.deterministic_offset=...``, are that
+candidate's row of ``calibration.csv``).
 
 ``--record_file`` writes one frame per step, the state the policy acted on
 (so an episode of length L gives L frames): gymnasium's ``rgb_array``
@@ -61,13 +65,19 @@ def define_flags() -> None:
     flags.DEFINE_integer("seed", None, "Episode e starts from seed + e "
                          "(default: the run's evaluation seed, so the "
                          "episodes are its evaluations').")
-    flags.DEFINE_bool("held_out", False, "Play in the run's held-out "
-                      "environments (TrainerConfig.held_out_env_load_fn).")
+    flags.DEFINE_enum("split", "training", SPLITS, "Which of the run's "
+                      "environments: its training ones, its held-out ones "
+                      "(TrainerConfig.held_out_env_load_fn) or those its "
+                      "evaluations calibrate on "
+                      "(TrainerConfig.calibration_env_load_fn).")
+    flags.DEFINE_bool("held_out", False, "Short for --split held_out.")
     flags.DEFINE_multi_string("gin_param", None, "Gin bindings applied "
                               "after the run's config.gin.")
 
 
 VIDEO_FORMATS = (".gif", ".mp4")
+#: The environments `play` can load, as the run's config made them.
+SPLITS = ("training", "held_out", "calibration")
 
 
 def checkpoint_path(root_dir: str, which: str) -> str:
@@ -123,12 +133,14 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
          sampling: bool = False, record_file: Optional[str] = None,
          gin_params: Sequence[str] = (), seed: Optional[int] = None,
          fps: int = 30, act: Optional[Callable] = None,
-         held_out: bool = False) -> List[Dict[str, float]]:
+         split: str = "training") -> List[Dict[str, float]]:
     """Plays a run's checkpoint; returns one row per episode (``return``,
     ``length`` and the episode metrics) and writes ``record_file``.
 
     ``seed`` None: the run's evaluation seed (`seeds.eval_seed`).
-    ``held_out``: the run's held-out environments.
+    ``split``: which of the run's environments (`SPLITS`): its training
+    ones, its held-out ones or those its calibrations play (the training
+    ones where it sets no ``calibration_env_load_fn``, as the trainer).
 
     ``act`` (for scripts that probe a policy, e.g.
     ``benchmarks/action_probe.py``): ``act(algorithm, observation,
@@ -138,8 +150,8 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
 
     Raises:
         AlfError: one line, for a missing run, checkpoint or config, an
-            unwritable or unknown ``record_file``, ``held_out`` for a run
-            without held-out environments.
+            unwritable or unknown ``record_file``, an unknown ``split``
+            or ``held_out`` for a run without held-out environments.
     """
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
@@ -149,6 +161,8 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
 
+    if split not in SPLITS:
+        raise ConfigError(f"--split={split!r}; valid: {', '.join(SPLITS)}")
     config_file = os.path.join(root_dir, "config.gin")
     if not os.path.isdir(root_dir):
         raise ConfigError(f"--root_dir={root_dir!r} does not exist")
@@ -162,12 +176,14 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     if seed is None:
         seed = seeds.eval_seed(cfg.seed)
     load_fn = cfg.env_load_fn
-    if held_out:
+    if split == "held_out":
         if cfg.held_out_env_load_fn is None:
-            raise ConfigError(f"--held_out: the run in {root_dir} has no "
-                              "held-out environments "
+            raise ConfigError(f"--split held_out: the run in {root_dir} has "
+                              "no held-out environments "
                               "(TrainerConfig.held_out_env_load_fn is unset)")
         load_fn = cfg.held_out_env_load_fn
+    elif split == "calibration":
+        load_fn = cfg.calibration_env_load_fn or load_fn
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).
     env_fn.set_environment_process()
@@ -326,13 +342,22 @@ def mean_row(rows: List[Dict[str, float]]) -> Dict[str, float]:
             for n in names}
 
 
+def _split(split: str, held_out: bool) -> str:
+    """``--split``, with ``--held_out`` its shorthand."""
+    if held_out and split not in ("training", "held_out"):
+        raise ConfigError(f"--held_out with --split={split}: give one of "
+                          "them")
+    return "held_out" if held_out else split
+
+
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
     rows = run_cli("alf.bin.play", play, FLAGS.root_dir, FLAGS.checkpoint,
                    FLAGS.num_episodes, FLAGS.sampling, FLAGS.record_file,
                    FLAGS.gin_param or (), FLAGS.seed, FLAGS.fps,
-                   held_out=FLAGS.held_out)
+                   split=run_cli("alf.bin.play", _split, FLAGS.split,
+                                 FLAGS.held_out))
     print(format_table(rows))
     if FLAGS.record_file:
         print(f"wrote {FLAGS.record_file}")

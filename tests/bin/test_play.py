@@ -87,8 +87,10 @@ def test_sampling_replays_episode_by_episode(cart_pole_run):
     (["--checkpoint", "oldest"], r"use latest, best or a number"),
     (["--record_file", "/no/such/folder/x.gif"], r"cannot be written"),
     (["--record_file", "x.avi"], r"use a \.gif or \.mp4 file"),
-    (["--held_out"], r"--held_out: the run in .* has no held-out "
+    (["--held_out"], r"--split held_out: the run in .* has no held-out "
                      r"environments"),
+    (["--held_out", "--split", "calibration"],
+     r"--held_out with --split=calibration: give one of them"),
 ])
 def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     res = _play(cart_pole_run, *args)
