@@ -37,6 +37,7 @@ import math
 import multiprocessing
 import os
 import sys
+import time
 from typing import Dict, List, Sequence, Tuple
 
 from alf.bin.calibrate import binding, parse_offsets
@@ -117,10 +118,23 @@ def replay(root_dir: str, steps: Sequence[int], grid: List[Offsets],
                 jobs[(step, split, label(offsets))] = (
                     root_dir, str(step), n, split, offsets)
     ctx = multiprocessing.get_context("spawn")
+    start = time.monotonic()
     with concurrent.futures.ProcessPoolExecutor(parallel,
                                                 mp_context=ctx) as pool:
-        futures = {key: pool.submit(_play, job) for key, job in jobs.items()}
-        return {key: f.result() for key, f in futures.items()}
+        futures = {pool.submit(_play, job): key for key, job in jobs.items()}
+        played = {}
+        try:
+            for i, f in enumerate(concurrent.futures.as_completed(futures)):
+                played[futures[f]] = f.result()  # the first failure raises
+                # A MetaDrive run's replay takes tens of minutes.
+                step, split, name = futures[f]
+                print(f"played {i + 1}/{len(jobs)}: {step} {split} {name} "
+                      f"({time.monotonic() - start:.0f} s)", file=sys.stderr,
+                      flush=True)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        return played
 
 
 def main(argv: Sequence[str] = None) -> None:
