@@ -179,6 +179,11 @@ def main(argv: Sequence[str] = None) -> None:
                                   or cfg.num_eval_episodes)
         played = replay(args.root_dir, steps, grid, max(counts), splits,
                         args.parallel)
+        reported = next(iter(played.values()))[0]
+        for m in [metric] + args.report:
+            if m not in reported:
+                raise ConfigError(f"--metric/--report {m!r}: the episodes "
+                                  f"report {', '.join(reported)}")
     except AlfError as e:
         sys.exit(f"calibration_replay.py: {one_line(e)}")
     recorded = read_eval_csv(os.path.join(args.root_dir, EVAL_CSV))

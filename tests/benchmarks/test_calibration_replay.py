@@ -96,6 +96,8 @@ def test_the_replay_of_the_runs_calibration_is_its_evaluations(run):
     (["--episodes", "0"], r"--episodes='0'; valid: positive"),
     (["--held_out"], r"--held_out: the run has no held-out"),
     (["--offsets", "1=a"], r"--offsets='1=a'; valid: D=X,Y"),
+    (["--metric", "speed", "--last", "1", "--parallel", "2"],
+     r"--metric/--report 'speed': the episodes report return, length"),
 ])
 def test_bad_inputs_are_one_line_errors(run, args, message):
     res = _replay(run, *args)
