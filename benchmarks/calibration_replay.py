@@ -41,7 +41,7 @@ import time
 from typing import Dict, List, Sequence, Tuple
 
 from alf.bin.calibrate import binding, parse_offsets
-from alf.bin.play import run_config
+from alf.bin.play import mean_row, run_config
 from alf.trainers.calibration import Offsets, candidates, choose, label
 from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.evaluator import EVAL_CSV, read_eval_csv
@@ -61,9 +61,9 @@ def _play(job) -> Rows:
 
 
 def mean(rows: Rows, metric: str, n: int = 0) -> float:
-    """``metric``'s mean over the first ``n`` rows (all for 0)."""
-    rows = rows[:n] if n else rows
-    return sum(r[metric] for r in rows) / len(rows)
+    """``metric``'s mean over the first ``n`` rows (all for 0), as
+    ``alf.bin.play``'s table averages it."""
+    return mean_row(rows[:n] if n else rows)[metric]
 
 
 def run_settings(root_dir: str):
