@@ -4,7 +4,7 @@ r"""A calibrating run's evaluations, replayed with other calibrations.
         [--checkpoints evaluated|N,N,...] [--last 3] \
         [--offsets 1=-0.5,-0.4,-0.3,-0.2,-0.1] [--episodes 10,20] \
         [--metric route_completion] [--report success_rate] [--held_out] \
-        [--parallel 2]
+        [--gin_param BINDING ...] [--parallel 2]
 
 A calibration (``TrainerConfig.calibrate_offsets``) changes what a run's
 evaluations act with and nothing it trains on: the offset moves the
@@ -30,6 +30,12 @@ choice with the run's own grid and count that differs from its
 
 ``--offsets``, ``--episodes`` and ``--metric`` default to the run's
 ``calibrate_offsets``, ``num_calibration_episodes`` and ``best_metric``.
+``--gin_param`` (repeatable) binds over the run's config in every play,
+e.g. other calibration environments
+(``validation/suite_metadrive.load.traffic_density=0.2``): what the run
+would have recorded calibrating on them, since its checkpoints are the
+same. The replay is then not the run's own evaluations, and eval.csv is
+not compared.
 """
 import argparse
 import concurrent.futures
@@ -55,9 +61,9 @@ def _play(job) -> Rows:
     import torch
     from alf.bin.play import play
     torch.set_num_threads(1)
-    root_dir, checkpoint, episodes, split, offsets = job
-    return play(root_dir, checkpoint, episodes, gin_params=[binding(offsets)],
-                split=split)
+    root_dir, checkpoint, episodes, split, offsets, gin_params = job
+    return play(root_dir, checkpoint, episodes,
+                gin_params=[*gin_params, binding(offsets)], split=split)
 
 
 def mean(rows: Rows, metric: str, n: int = 0) -> float:
@@ -66,14 +72,15 @@ def mean(rows: Rows, metric: str, n: int = 0) -> float:
     return mean_row(rows[:n] if n else rows)[metric]
 
 
-def run_settings(root_dir: str):
-    """The run's `TrainerConfig` (its config.gin parsed here)."""
+def run_settings(root_dir: str, gin_params: Sequence[str] = ()):
+    """The run's `TrainerConfig` (its config.gin and ``gin_params`` parsed
+    here)."""
     from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
     if not os.path.isfile(os.path.join(root_dir, "config.gin")):
         raise ConfigError(f"--root_dir={root_dir!r}: no config.gin there "
                           "(a run's folder is needed)")
-    parse_run_config(run_config(root_dir, 0))
+    parse_run_config(run_config(root_dir, 0), gin_params)
     return TrainerConfig()
 
 
@@ -104,19 +111,20 @@ def pick_checkpoints(root_dir: str, which: str, last: int) -> List[int]:
 
 
 def replay(root_dir: str, steps: Sequence[int], grid: List[Offsets],
-           episodes: int, eval_episodes: Dict[str, int], parallel: int
-           ) -> Dict[Tuple, Rows]:
+           episodes: int, eval_episodes: Dict[str, int], parallel: int,
+           gin_params: Sequence[str] = ()) -> Dict[Tuple, Rows]:
     """``{(step, split, label): rows}`` for every candidate of ``grid``:
     ``episodes`` calibration episodes, ``eval_episodes[split]`` of each
-    evaluation split."""
+    evaluation split, every play with ``gin_params`` bound."""
     jobs = {}
     for step in steps:
         for offsets in grid:
             jobs[(step, "calibration", label(offsets))] = (
-                root_dir, str(step), episodes, "calibration", offsets)
+                root_dir, str(step), episodes, "calibration", offsets,
+                tuple(gin_params))
             for split, n in eval_episodes.items():
                 jobs[(step, split, label(offsets))] = (
-                    root_dir, str(step), n, split, offsets)
+                    root_dir, str(step), n, split, offsets, tuple(gin_params))
     ctx = multiprocessing.get_context("spawn")
     start = time.monotonic()
     with concurrent.futures.ProcessPoolExecutor(parallel,
@@ -151,10 +159,12 @@ def main(argv: Sequence[str] = None) -> None:
     p.add_argument("--report", action="append", default=[],
                    help="another episode metric to print")
     p.add_argument("--held_out", action="store_true")
+    p.add_argument("--gin_param", action="append", default=[],
+                   help="a binding over the run's config in every play")
     p.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     args = p.parse_args(argv)
     try:
-        cfg = run_settings(args.root_dir)
+        cfg = run_settings(args.root_dir, args.gin_param)
         grid = (parse_offsets(args.offsets) if args.offsets
                 else candidates(cfg.calibrate_offsets or {}))
         own = cfg.num_calibration_episodes or cfg.num_eval_episodes
@@ -178,7 +188,7 @@ def main(argv: Sequence[str] = None) -> None:
             splits["held_out"] = (cfg.num_held_out_eval_episodes
                                   or cfg.num_eval_episodes)
         played = replay(args.root_dir, steps, grid, max(counts), splits,
-                        args.parallel)
+                        args.parallel, args.gin_param)
         reported = next(iter(played.values()))[0]
         for m in [metric] + args.report:
             if m not in reported:
@@ -236,16 +246,20 @@ def report(args, cfg, steps, grid, counts, own, metric, splits, played,
                      for m in metrics]
             print(f"| {rule} | {split} | " + " | ".join(cells) + " | "
                   + " | ".join(f"{v:.3f}" for v in means) + " |")
-    _check_against_run(cfg, grid, own, counts, choices, recorded, metric,
-                       played)
+    _check_against_run(args, cfg, grid, own, counts, choices, recorded,
+                       metric, played)
 
 
-def _check_against_run(cfg, grid, own, counts, choices, recorded,
+def _check_against_run(args, cfg, grid, own, counts, choices, recorded,
                        metric, played) -> None:
     """Says where the replay of the run's own calibration chose otherwise
     than the run recorded."""
     if (own not in counts or cfg.calibrate_offsets is None
             or grid != candidates(cfg.calibrate_offsets)):
+        return
+    if args.gin_param:
+        print("(with --gin_param the replay is not the run's own "
+              "evaluations: eval.csv is not compared)")
         return
     where = {int(s): i for i, s in enumerate(recorded.get("env_steps", []))}
     dims = sorted(grid[0])

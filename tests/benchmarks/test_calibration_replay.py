@@ -1,7 +1,8 @@
 """benchmarks/calibration_replay.py on a real calibrating run: the replay
 of the run's own calibration is its evaluations (the same candidates'
 scores, the same choice, the same evaluation score), other episode counts
-are replayed beside it, and bad inputs are one-line errors."""
+and other calibration environments are replayed beside it, and bad inputs
+are one-line errors."""
 import csv
 import os
 import re
@@ -90,12 +91,37 @@ def test_the_replay_of_the_runs_calibration_is_its_evaluations(run):
     assert "| best on training (in-sample) | training |" in summary
 
 
+def test_other_calibration_environments_are_replayed_beside_the_run(run):
+    # 40-step calibration Pendulums instead of the run's 20: the
+    # calibration column changes, the evaluations' episodes do not.
+    res = _replay(run, "--last", "1", "--parallel", "2", "--gin_param",
+                  "calibration/suite_gym.load.max_episode_steps=40")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "eval.csv is not compared" in out and "note:" not in out
+    with open(run / "calibration.csv") as f:
+        rows = list(csv.DictReader(f))
+    with open(run / "eval.csv") as f:
+        evals = {int(float(r["env_steps"])): r for r in csv.DictReader(f)}
+    step = max(evals)
+    table = _table(out, step)
+    ran = {f"0={float(r['offset_0']):+.3g}": float(r["average_return"])
+           for r in rows if int(float(r["env_steps"])) == step}
+    assert sorted(table) == sorted(ran)
+    # columns: calibration (2), training
+    assert all(table[n][0] != pytest.approx(ran[n], abs=1e-3) for n in ran)
+    chosen = f"0={float(evals[step]['offset_0']):+.3g}"
+    assert table[chosen][1] == pytest.approx(
+        float(evals[step]["average_return"]), abs=1e-3)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--checkpoints", "7"], r"no ckpt-7\.pt in"),
     (["--checkpoints", "x"], r"--checkpoints='x'; valid: evaluated"),
     (["--episodes", "0"], r"--episodes='0'; valid: positive"),
     (["--held_out"], r"--held_out: the run has no held-out"),
     (["--offsets", "1=a"], r"--offsets='1=a'; valid: D=X,Y"),
+    (["--gin_param", "Nope.x=1"], r"No configurable matching 'Nope'"),
     (["--metric", "speed", "--last", "1", "--parallel", "2"],
      r"--metric/--report 'speed': the episodes report return, length"),
 ])
