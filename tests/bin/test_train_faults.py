@@ -103,6 +103,11 @@ def test_a_stop_that_cannot_finish_its_iteration_says_so(tmp_path, grace,
         "--stop_grace", str(grace)], params=[
             "TrainerConfig.env_load_fn=@straggler_load",
             "straggler_load.ranks=(0, 1)", "straggler_load.delay=0.3"])
+    # The first progress line comes just before rank 0 looks for a stop at
+    # the iteration's end: a signal sent at once can be seen there, and
+    # the stop then finishes with a checkpoint. A second into the next
+    # iteration it cannot.
+    time.sleep(1.0)
     start = time.time()
     for _ in range(signals):
         run.proc.send_signal(signal.SIGINT)
