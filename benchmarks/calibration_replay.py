@@ -116,15 +116,15 @@ def replay(root_dir: str, steps: Sequence[int], grid: List[Offsets],
     """``{(step, split, label): rows}`` for every candidate of ``grid``:
     ``episodes`` calibration episodes, ``eval_episodes[split]`` of each
     evaluation split, every play with ``gin_params`` bound."""
+    params = tuple(gin_params)
     jobs = {}
     for step in steps:
         for offsets in grid:
             jobs[(step, "calibration", label(offsets))] = (
-                root_dir, str(step), episodes, "calibration", offsets,
-                tuple(gin_params))
+                root_dir, str(step), episodes, "calibration", offsets, params)
             for split, n in eval_episodes.items():
                 jobs[(step, split, label(offsets))] = (
-                    root_dir, str(step), n, split, offsets, tuple(gin_params))
+                    root_dir, str(step), n, split, offsets, params)
     ctx = multiprocessing.get_context("spawn")
     start = time.monotonic()
     with concurrent.futures.ProcessPoolExecutor(parallel,
