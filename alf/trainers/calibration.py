@@ -128,16 +128,24 @@ class Calibrator:
             raise
 
     def _calibrate(self, algorithm, should_stop) -> Calibration:
-        played = []
-        for offsets in self._candidates:
-            algorithm.set_calibrated_offset(offsets)
-            metrics = self._evaluator.evaluate(algorithm, should_stop)
-            if self._metric not in metrics:
-                raise ConfigError(
-                    f"calibration metric {self._metric!r} (best_metric) is "
-                    f"not reported; the episodes report "
-                    f"{', '.join(metrics)}")
-            played.append((offsets, metrics))
+        from alf.trainers.evaluator import evaluate_variants
+
+        # All the candidates' episodes queue for the environments at once
+        # (one candidate after another would wait out each one's longest
+        # episode on idle cores); each episode acts with its candidate.
+        def acting_with(offsets: Offsets) -> Callable[[], None]:
+            return lambda: algorithm.set_calibrated_offset(offsets)
+
+        results = evaluate_variants(
+            self._evaluator, algorithm,
+            [acting_with(offsets) for offsets in self._candidates],
+            should_stop)
+        if self._metric not in results[0]:
+            raise ConfigError(
+                f"calibration metric {self._metric!r} (best_metric) is "
+                f"not reported; the episodes report "
+                f"{', '.join(results[0])}")
+        played = list(zip(self._candidates, results))
         chosen, _ = choose(played, self._metric)
         algorithm.set_calibrated_offset(chosen)
         return Calibration(chosen, played)

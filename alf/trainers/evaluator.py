@@ -33,7 +33,7 @@ def make_evaluator(cfg, load_fn,
     ``cfg``.
 
     It loads ``min(num_episodes, cfg.num_eval_episodes)`` environments;
-    more episodes than that are played in rounds (`Evaluator`), so a
+    more episodes than that queue for them (`Evaluator`), so a
     held-out set judged on many scenarios costs time, not a simulator
     process per episode.
 
@@ -105,18 +105,16 @@ class Evaluator:
     Evaluation never calls a collective, so in distributed training it runs
     on rank 0 alone.
 
-    More episodes than environments are played in rounds: every round
-    starts one episode in each environment (the last round in as many
-    groups as the episodes left need) and ends when they have all ended.
+    More episodes than environments are played as a queue: a group whose
+    episodes have all ended starts the next ones (as many as it has
+    environments), so no environment waits for another's long episode.
 
     Args:
         envs: the groups of environments, or one `BatchedEnvironment`.
-        seed: every evaluation resets the environments with this seed
-            (episode ``e`` of the evaluation, the ``i``-th environment over
-            all groups in round ``r``, with ``seed + e``, ``e = r *
-            environments + i``), so all evaluations of a run play the same
-            episode starts (the same scenarios in MetaDrive) and differ
-            only by the policy.
+        seed: episode ``e`` of every evaluation starts from ``seed +
+            e`` (whichever environment plays it), so all evaluations of a
+            run play the same episode starts (the same scenarios in
+            MetaDrive) and differ only by the policy.
         deterministic: act with `predict_step`; else with `rollout_step`.
         pool: the threads that step the groups (at least one per group),
             shut down by `close` after the environments; by default a
@@ -185,24 +183,6 @@ class Evaluator:
         """
         return evaluate_together([self], algorithm, should_stop)[0]
 
-    def _rounds(self) -> List[List[Tuple[
-            BatchedEnvironment, Optional[int],
-            concurrent.futures.ThreadPoolExecutor]]]:
-        """Per round, (group, its reset seed, the threads that step it) for
-        each group that plays in it."""
-        width = sum(env.num_envs for env in self._envs)
-        rounds = []
-        for first_of_round in range(0, self._num_episodes, width):
-            out, first = [], first_of_round
-            for env in self._envs:
-                if first >= self._num_episodes:
-                    break
-                seed = None if self._seed is None else self._seed + first
-                out.append((env, seed, self._pool))
-                first += env.num_envs
-            rounds.append(out)
-        return rounds
-
     def close(self):
         """Closes the evaluation environments."""
         try:
@@ -222,126 +202,213 @@ def evaluate_together(evaluators: Sequence[Evaluator],
     Each environment starts from the seed its own evaluator gives it, and
     the environments still playing step at the same time, so one
     evaluator's last, long episodes overlap the other's instead of leaving
-    cores idle. An evaluator of more episodes than environments plays its
-    later rounds after the others' last one. The policy acts for each
-    episode alone, a sampling policy with that episode's own noise
-    (`act_per_episode`), so what an episode scores does not depend on the
-    episodes beside it; training's RNG is left alone.
+    cores idle. The policy acts for each episode alone, a sampling policy
+    with that episode's own noise (`act_per_episode`), so what an episode
+    scores does not depend on the episodes beside it; training's RNG is
+    left alone.
 
     Raises:
         ValueError: the evaluators disagree on ``deterministic``.
         EvaluationStopped: ``should_stop()`` (asked between steps) turned
             true.
     """
-    if len({e.deterministic for e in evaluators}) > 1:
+    return [out[0] for out in _evaluate_sets(
+        [(e, [None]) for e in evaluators], algorithm, should_stop)]
+
+
+def evaluate_variants(evaluator: Evaluator, algorithm: RLAlgorithm,
+                      variants: Sequence[Callable[[], None]],
+                      should_stop: Optional[Callable[[], bool]] = None
+                      ) -> List[Dict[str, float]]:
+    """Plays ``evaluator``'s episodes once for each of ``variants`` (each
+    sets the policy up to act as that variant: a calibration's candidate
+    offsets, `alf.trainers.calibration`); returns each variant's averages.
+
+    All the variants' episodes form one queue over the evaluator's
+    environments: an environment whose episode ends starts the next one,
+    whichever variant it belongs to, so the cores stay busy until the last
+    episode of the last variant, where playing the variants one after the
+    other would wait out every variant's longest episode. Each row's
+    action is computed alone, after its variant's set-up
+    (`act_per_episode`), so every episode scores what it scores played by
+    itself.
+
+    Raises:
+        EvaluationStopped: ``should_stop()`` (asked between steps) turned
+            true.
+    """
+    return _evaluate_sets([(evaluator, list(variants))], algorithm,
+                          should_stop)[0]
+
+
+@torch.inference_mode()
+def _evaluate_sets(sets, algorithm, should_stop):
+    """Per ``(evaluator, variants)`` of ``sets``, each variant's averages
+    (`_play_sets`' episodes)."""
+    if len({e.deterministic for e, _ in sets}) > 1:
         raise ValueError("evaluate_together needs evaluators that all act "
                          "deterministically or all sample")
     devices = [torch.cuda.current_device()] if torch.cuda.is_available(
     ) and torch.cuda.is_initialized() else []
-    rounds = [e._rounds() for e in evaluators]
-    # Per evaluator: the per-episode returns, lengths and metrics of each
-    # round it played.
-    played: List[list] = [[] for _ in evaluators]
     with torch.random.fork_rng(devices=devices):
-        seed = evaluators[0]._seed
+        seed = sets[0][0]._seed
         if seed is not None:
             torch.manual_seed(seed)
-        for r in range(max(len(x) for x in rounds)):
-            # Round r of every evaluator that has one, in one batch.
-            now = [(k, x[r]) for k, x in enumerate(rounds) if r < len(x)]
-            returns, lengths, metrics = _play(
-                [g for _, groups in now for g in groups], algorithm,
-                evaluators[0].deterministic, should_stop)
-            first = 0
-            for k, groups in now:
-                n = sum(env.num_envs for env, _, _ in groups)
-                rows = slice(first, first + n)
-                first += n
-                played[k].append((returns[rows], lengths[rows],
-                                  {name: m[rows]
-                                   for name, m in metrics.items()}))
+        played = _play_sets(sets, algorithm, should_stop)
     out = []
-    for evaluator, chunks in zip(evaluators, played):
-        n = evaluator.num_episodes  # a last group may play past it
-
-        def cat(pick, n=n, chunks=chunks):
-            return torch.cat([pick(c) for c in chunks])[:n]
-
-        result = {"average_return": cat(lambda c: c[0]).mean().item(),
-                  "average_episode_length": cat(lambda c: c[1]).mean().item()}
-        for name in evaluator._envs[0].episode_info:
-            result[name] = cat(lambda c, name=name: c[2][name]).nanmean(
-            ).item()
-        out.append(result)
+    for (evaluator, variants), (returns, lengths, metrics) in zip(sets,
+                                                                  played):
+        per_variant = []
+        for v in range(len(variants)):
+            rows = slice(v * evaluator.num_episodes,
+                         (v + 1) * evaluator.num_episodes)
+            result = {"average_return": returns[rows].mean().item(),
+                      "average_episode_length": lengths[rows].mean().item()}
+            for name in evaluator._envs[0].episode_info:
+                result[name] = metrics[name][rows].nanmean().item()
+            per_variant.append(result)
+        out.append(per_variant)
     return out
 
 
-def _play(groups, algorithm, deterministic: bool,
-          should_stop: Optional[Callable[[], bool]] = None):
-    """One episode in every environment of ``groups`` ((group, seed,
-    threads) triples); returns per-environment returns and lengths, and
-    metric name -> per-environment value (NaN where not reported)."""
-    # Environment i of a group reset with seed s starts from s + i (a
-    # vector environment's seeding), and so does its episode's noise.
-    streams = None if deterministic else _EpisodeStreams(
-        [None if seed is None else seed + i
-         for env, seed, _ in groups for i in range(env.num_envs)],
-        algorithm)
+class _Slot:
+    """A group of environments and the episodes it plays now: ``keys[i]``
+    is environment ``i``'s ``(set, row)`` (``row`` an episode of its set's
+    variants, in order), or ``(set, None)`` past the set's last episode (a
+    group steps together, so it plays on, uncounted)."""
+
+    def __init__(self, k: int, env: BatchedEnvironment, pool):
+        self.k, self.env, self.pool = k, env, pool
+        self.keys: List[tuple] = []
+        self.returns = self.lengths = self.running = torch.zeros(0)
+        self.timestep = None
+
+
+class _Queue:
+    """A set's episodes in play order: every variant's ``num_episodes``,
+    episode ``e`` of each started from ``seed + e``."""
+
+    def __init__(self, evaluator: Evaluator, variants: Sequence):
+        self.seed, self.n = evaluator._seed, evaluator.num_episodes
+        self.variants = list(variants)
+        self.next = 0  # the next row: variant next // n, episode next % n
+
+    def take(self, width: int):
+        """The next episodes for a group of ``width`` environments, all of
+        one variant with consecutive seeds: (rows, reset seed), rows
+        None past the variant's last episode; None when all are taken."""
+        if self.next >= self.n * len(self.variants):
+            return None
+        first, e = self.next, self.next % self.n
+        count = min(width, self.n - e)
+        self.next += count
+        rows = [first + i if i < count else None for i in range(width)]
+        return rows, None if self.seed is None else self.seed + e
+
+    def variant(self, row: int):
+        """The set-up of the variant that ``row`` plays."""
+        return self.variants[row // self.n]
+
+
+def _play_sets(sets, algorithm, should_stop):
+    """Every episode of every ``(evaluator, variants)`` of ``sets``; per set,
+    per-episode returns, lengths and metric name -> per-episode value (NaN
+    where not reported), row ``v * num_episodes + e`` being variant ``v``'s
+    episode ``e``.
+
+    Every set's groups play its queue (`_Queue`), each group on its own
+    thread and at its own pace: the policy acts for the groups whose step
+    (or reset) has come back, while the others are still stepping, so no
+    group waits for a slower one, nor for another's reset. The policy acts
+    row by row (`act_per_episode`), so which groups act together changes
+    no episode."""
+    deterministic = sets[0][0].deterministic
+    queues = [_Queue(e, variants) for e, variants in sets]
+    results = []
+    for (evaluator, variants) in sets:
+        rows = evaluator.num_episodes * len(variants)
+        names = {n for env in evaluator._envs for n in env.episode_info}
+        results.append((torch.zeros(rows), torch.zeros(rows),
+                        {n: torch.full((rows, ), float("nan"))
+                         for n in names}))
+    streams = None if deterministic else _EpisodeStreams(algorithm)
+    # Each group's step or reset in flight: future -> its slot.
+    pending: Dict[concurrent.futures.Future, _Slot] = {}
+
+    def start(s: _Slot) -> None:
+        """Resets ``s`` for its queue's next episodes, if any are left."""
+        taken = queues[s.k].take(s.env.num_envs)
+        if taken is None:
+            return
+        rows, seed = taken
+        w = s.env.num_envs
+        s.keys = [(s.k, row) for row in rows]
+        s.returns, s.lengths = torch.zeros(w), torch.zeros(w)
+        s.running = torch.ones(w, dtype=torch.bool)
+        if streams is not None:
+            # Environment i of a group reset with seed s starts from s + i
+            # (a vector environment's seeding), and so does its episode's
+            # noise.
+            for i in range(w):
+                streams.start((s, i), None if seed is None else seed + i)
+        pending[s.pool.submit(s.env.reset, seed=seed)] = s
+
+    def record(s: _Slot, ts) -> bool:
+        """Adds the step ``ts`` to ``s``'s episodes; whether any plays on."""
+        live = s.running
+        s.returns += ts.reward * live
+        s.lengths += live
+        ending = live & ts.done
+        returns, lengths, metrics = results[s.k]
+        for i in ending.nonzero().flatten().tolist():
+            row = s.keys[i][1]
+            if row is None:
+                continue
+            returns[row], lengths[row] = s.returns[i], s.lengths[i]
+            for name, value in ts.episode_info.items():
+                metrics[name][row] = value[i]
+        s.running = live & ~ts.done
+        return bool(s.running.any())
+
     try:
-        return _steps(groups, algorithm, streams, should_stop)
+        for k, (evaluator, _) in enumerate(sets):
+            for env in evaluator._envs:
+                start(_Slot(k, env, evaluator._pool))
+        while pending:
+            done, _ = concurrent.futures.wait(
+                pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            ready = []
+            for future in done:
+                s = pending.pop(future)
+                ts = future.result()  # a failed step raises
+                stepped = s.timestep is not None
+                s.timestep = ts
+                if not stepped or record(s, ts):
+                    ready.append(s)
+                else:
+                    s.timestep = None
+                    start(s)
+            if should_stop is not None and should_stop():
+                # The next evaluation resets every environment it plays.
+                raise EvaluationStopped()
+            if not ready:
+                continue
+            obs = algorithm.observe(nest.map_structure(
+                lambda *x: torch.cat(x),
+                *[s.timestep.observation for s in ready]), update=False)
+            rows = [(s, i) for s in ready for i in range(s.env.num_envs)]
+            variants = [None if s.keys[i][1] is None else
+                        queues[s.k].variant(s.keys[i][1]) for s, i in rows]
+            action = act_per_episode(algorithm, obs, streams, rows, variants)
+            for s, a in zip(ready, action.split(
+                    [s.env.num_envs for s in ready])):
+                pending[s.pool.submit(s.env.step, a)] = s
     finally:
+        # Nothing steps on once the play is over or abandoned.
+        concurrent.futures.wait(pending)
         if streams is not None:
             streams.close()
-
-
-def _steps(groups, algorithm, streams: Optional["_EpisodeStreams"],
-           should_stop: Optional[Callable[[], bool]] = None):
-    """`_play`'s episodes, from their resets to their ends."""
-    sizes = [env.num_envs for env, _, _ in groups]
-    starts = [sum(sizes[:g]) for g in range(len(sizes))]
-    n = sum(sizes)
-    returns, lengths = torch.zeros(n), torch.zeros(n)
-    names = {name for env, _, _ in groups for name in env.episode_info}
-    metrics = {name: torch.full((n, ), float("nan")) for name in names}
-    running = torch.ones(n, dtype=torch.bool)
-
-    def each(fn, playing, args):
-        if len(playing) == 1:
-            return [fn(groups[playing[0]][0], args[0])]
-        futures = [groups[g][2].submit(fn, groups[g][0], a)
-                   for g, a in zip(playing, args)]
-        return [f.result() for f in futures]
-
-    playing = list(range(len(groups)))
-    timesteps = each(lambda env, s: env.reset(seed=s), playing,
-                     [seed for _, seed, _ in groups])
-    while playing:
-        if should_stop is not None and should_stop():
-            # The next evaluation resets every environment it plays.
-            raise EvaluationStopped()
-        obs = algorithm.observe(nest.map_structure(
-            lambda *x: torch.cat(x), *[ts.observation for ts in timesteps]),
-            update=False)
-        action = act_per_episode(
-            algorithm, obs, streams, [starts[g] + i for g in playing
-                                      for i in range(sizes[g])])
-        timesteps = each(lambda env, a: env.step(a), playing,
-                         list(action.split([sizes[g] for g in playing])))
-        still = []
-        for g, ts in zip(playing, timesteps):
-            rows = slice(starts[g], starts[g] + sizes[g])
-            live = running[rows].clone()
-            returns[rows] += ts.reward * live
-            lengths[rows] += live
-            ending = live & ts.done
-            for name, value in ts.episode_info.items():
-                metrics[name][rows][ending] = value[ending]
-            running[rows] = live & ~ts.done
-            if running[rows].any():
-                still.append(g)
-        timesteps = [ts for g, ts in zip(playing, timesteps) if g in still]
-        playing = still
-    return returns, lengths, metrics
+    return results
 
 
 def noise_carriers(algorithm) -> list:
@@ -365,25 +432,28 @@ class _EpisodeStreams:
     they carried before.
     """
 
-    def __init__(self, seeds: Sequence[Optional[int]], algorithm):
+    def __init__(self, algorithm):
         self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         self._carriers = noise_carriers(algorithm)
         self._outer = [m.noise_state() for m in self._carriers]
-        self._states: List[Tuple[Optional[tuple], list]] = []
-        for seed in seeds:
-            rng = None
-            if seed is not None:
-                torch.manual_seed(seed)
-                rng = self._get_rng()
-            self._states.append((rng, [None] * len(self._carriers)))
+        self._states: Dict[Any, Tuple[Optional[tuple], list]] = {}
+
+    def start(self, key, seed: Optional[int]) -> None:
+        """Starts the episode ``key`` (hashable) from ``seed``; a key
+        started again begins a new episode."""
+        rng = None
+        if seed is not None:
+            torch.manual_seed(seed)
+            rng = self._get_rng()
+        self._states[key] = (rng, [None] * len(self._carriers))
 
     def _get_rng(self) -> tuple:
         return (torch.get_rng_state(),
                 torch.cuda.get_rng_state() if self._cuda else None)
 
-    def draw(self, episode: int, fn: Callable[[], Any]) -> Any:
-        """``fn()``, drawing ``episode``'s noise."""
-        rng, noise = self._states[episode]
+    def draw(self, key, fn: Callable[[], Any]) -> Any:
+        """``fn()``, drawing the noise of the episode ``key``."""
+        rng, noise = self._states[key]
         if rng is not None:
             torch.set_rng_state(rng[0])
             if rng[1] is not None:
@@ -391,8 +461,8 @@ class _EpisodeStreams:
         for m, state in zip(self._carriers, noise):
             m.set_noise_state(state)
         out = fn()
-        self._states[episode] = (None if rng is None else self._get_rng(),
-                                 [m.noise_state() for m in self._carriers])
+        self._states[key] = (None if rng is None else self._get_rng(),
+                             [m.noise_state() for m in self._carriers])
         return out
 
     def close(self) -> None:
@@ -402,9 +472,14 @@ class _EpisodeStreams:
 
 
 def act_per_episode(algorithm, obs, streams: Optional[_EpisodeStreams],
-                    episodes: Sequence[int]) -> torch.Tensor:
+                    episodes: Sequence,
+                    variants: Optional[Sequence[Optional[Callable[[], None]]]]
+                    = None) -> torch.Tensor:
     """The policy's actions for the rows of ``obs`` (a batch, row ``k``
-    playing episode ``episodes[k]``), each row computed alone.
+    playing the episode ``episodes[k]``, a key of ``streams``), each row
+    computed alone, after ``variants[k]()`` where that is not None (it sets
+    the policy up for the row's variant, e.g. a calibration candidate's
+    offset; called when it differs from the row before's).
 
     A matrix product's rounding depends on the batch it is part of (CPU
     kernels block rows by batch size: a row's output differs in its last
@@ -418,7 +493,14 @@ def act_per_episode(algorithm, obs, streams: Optional[_EpisodeStreams],
     start alone, whatever plays beside it. With ``streams`` (a sampling
     policy) each episode also draws its noise from its own stream.
     """
+    current = None
+
     def act(row):
+        nonlocal current
+        if variants is not None and variants[row] is not None and (
+                variants[row] is not current):
+            current = variants[row]
+            current()
         one = nest.map_structure(lambda x: x[row:row + 1], obs)
         if streams is None:
             return algorithm.predict_step(one).output

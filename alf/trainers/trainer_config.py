@@ -145,8 +145,8 @@ class TrainerConfig:
             ``held_out/suite_metadrive.load.start_seed = 0``.
         num_held_out_eval_episodes: episodes per held-out evaluation (None:
             ``num_eval_episodes``). They play in at most
-            ``num_eval_episodes`` environments, in rounds: 40 with 10
-            environments take 4 rounds, not 30 more simulator processes.
+            ``num_eval_episodes`` environments, queued: 40 with 10
+            environments cost time, not 30 more simulator processes.
             Ten of MetaDrive's 200 held-out scenarios are a small sample
             of them (docs/metadrive.md).
         eval_deterministic: evaluate the deterministic policy (the mode:

@@ -137,3 +137,31 @@ def test_a_folder_that_is_no_run_is_a_one_line_error(tmp_path):
     res = _replay(tmp_path)
     assert res.returncode == 1
     assert "no config.gin there" in res.stderr
+
+
+SPEED = os.path.join(REPO, "benchmarks", "calibration_speed.py")
+
+
+def test_calibration_speed_times_both_ways_and_finds_them_alike(run):
+    res = subprocess.run([sys.executable, SPEED, "--root_dir", str(run),
+                          "--rounds", "2"], capture_output=True, text=True,
+                         timeout=250, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "3 candidates x 2 episodes in 2 environments" in out
+    assert out.count("every candidate scored alike both ways: yes") == 2
+    for way in ("one after the other", "queued"):
+        assert re.search(rf"^round 1 {way} *: +[\d.]+ s, +120 episode steps",
+                         out, re.M), out
+        assert re.search(rf"^{way} *: +[\d.]+ s in all", out, re.M), out
+
+
+def test_calibration_speed_refuses_a_run_that_does_not_calibrate(run):
+    res = subprocess.run([sys.executable, SPEED, "--root_dir", str(run),
+                          "--gin_param",
+                          "TrainerConfig.calibrate_offsets=None"],
+                         capture_output=True, text=True, timeout=250,
+                         cwd=REPO)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].endswith(
+        "does not calibrate (TrainerConfig.calibrate_offsets=None)")

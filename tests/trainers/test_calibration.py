@@ -180,9 +180,9 @@ def test_a_resumed_run_sets_its_discarded_calibrations_aside(tmp_path):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("stop_at, kept", [
-    (6, [64]),  # the second evaluation's second candidate: dropped
-    (8, [64]),  # its evaluation proper, after calibrating: dropped
-    (14, [64, 128, 192, 256]),  # the final one: finished, then the stop
+    (3, [64]),  # the second evaluation's calibration: dropped
+    (4, [64]),  # its evaluation proper, after calibrating: dropped
+    (8, [64, 128, 192, 256]),  # the final one: finished, then the stop
 ])
 def test_a_stop_mid_evaluation_drops_it_and_checkpoints(tmp_path, monkeypatch,
                                                         stop_at, kept):
@@ -194,9 +194,10 @@ def test_a_stop_mid_evaluation_drops_it_and_checkpoints(tmp_path, monkeypatch,
     from alf.trainers.trainer import TrainingInterrupted
     root = str(tmp_path)
     trainer = Trainer(root, config=_pendulum(eval_interval=1))
-    # Per evaluation: one round per candidate (3), then the evaluation.
+    # Per evaluation: one play of every candidate's episodes, then the
+    # evaluation's.
     calls = []
-    play = evaluator._play
+    play = evaluator._play_sets
 
     def stopping_play(*args, **kwargs):
         calls.append(1)
@@ -204,7 +205,7 @@ def test_a_stop_mid_evaluation_drops_it_and_checkpoints(tmp_path, monkeypatch,
             trainer.request_stop()
         return play(*args, **kwargs)
 
-    monkeypatch.setattr(evaluator, "_play", stopping_play)
+    monkeypatch.setattr(evaluator, "_play_sets", stopping_play)
     with pytest.raises(TrainingInterrupted):
         trainer.train()
     evals = read_eval_csv(os.path.join(root, "eval.csv"))

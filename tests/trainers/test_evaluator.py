@@ -14,8 +14,9 @@ import torch
 from alf.data_structures import AlgStep
 from alf.environments import env_fn, suite_gym
 from alf.trainers.evaluator import (Evaluator, append_eval_csv,
-                                    evaluate_together, make_evaluator,
-                                    read_eval_csv, set_aside_later_rows)
+                                    evaluate_together, evaluate_variants,
+                                    make_evaluator, read_eval_csv,
+                                    set_aside_later_rows)
 
 
 def _rows(path):
@@ -114,21 +115,12 @@ def _sub_envs(group):
 
 
 class _FirstObservation:
-    """Acts 1 and remembers the observations it acted on, in order."""
-
-    def __init__(self):
-        self.seen = []
-
-    def first(self, n):
-        """The observations of the first step of ``n`` environments (the
-        evaluator acts for each environment alone)."""
-        return torch.cat(self.seen[:n])
+    """Acts 1."""
 
     def observe(self, obs, update=True):
         return obs
 
     def predict_step(self, obs):
-        self.seen.append(obs.clone())
         return AlgStep(output=torch.ones(obs.shape[0], dtype=torch.int64))
 
 
@@ -153,13 +145,14 @@ def test_groups_play_what_one_batch_plays():
     environment until the longest episode ends (the negative control)."""
     lengths = [2, 7, 4]
     single = _FirstObservation()
-    out_groups = Evaluator([_group([n]) for n in lengths],
-                           seed=3).evaluate(single)
+    groups = [_group([n]) for n in lengths]
+    out_groups = Evaluator(groups, seed=3).evaluate(single)
     batched_env = _group(lengths)
     batched = _FirstObservation()
     out_batched = Evaluator(batched_env, seed=3).evaluate(batched)
     assert out_groups == out_batched
-    assert torch.equal(single.first(3), batched.first(3))
+    assert [_sub_envs(g)[0].seeds for g in groups] == [[3], [4], [5]]
+    assert [e.seeds for e in _sub_envs(batched_env)] == [[3], [4], [5]]
     assert [e.steps for e in _sub_envs(batched_env)] == [7, 7, 7]
     assert [e.resets for e in _sub_envs(batched_env)] == [4, 2, 2]
 
@@ -174,26 +167,94 @@ def test_slow_groups_step_concurrently():
     evaluator.close()
 
 
-# ---- more episodes than environments: rounds ---------------------------
+# ---- more episodes than environments: a queue ------------------------
 
 
-def test_more_episodes_than_environments_play_in_rounds():
-    # 5 episodes in 2 environments: rounds of 2, 2 and 1, each episode
-    # started from its own seed, as 5 environments would start them.
-    groups = [_group([n]) for n in (2, 7)]
+class _BySeed(_Counted):
+    """An episode whose length its seed sets (``lengths[seed]``), as a
+    simulator's scenario sets how long it plays."""
+
+    def __init__(self, lengths, delay=0.0):
+        super().__init__(0, delay)
+        self.lengths = lengths
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.length = self.lengths[seed]
+        return super().reset(seed=seed, options=options)
+
+
+def _by_seed(lengths, n, delay=0.0):
+    return [suite_gym.GymEnvironment(gym.vector.SyncVectorEnv(
+        [lambda: _BySeed(lengths, delay)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP), episode_info={
+            "success_rate": "is_success"}) for _ in range(n)]
+
+
+# Episodes 0-4 of seed 3: one long, four short.
+_LENGTHS = {3: 10, 4: 2, 5: 3, 6: 4, 7: 1}
+
+
+def test_an_environment_whose_episode_ends_starts_the_next():
+    # 5 episodes in 2 environments: while the first plays its 10 steps,
+    # the second plays the four short ones one after another (rounds
+    # would have waited for the long one twice: 15 steps).
+    groups = _by_seed(_LENGTHS, 2)
     evaluator = Evaluator(groups, seed=3, num_episodes=5)
     assert evaluator.num_episodes == 5
     out = evaluator.evaluate(_FirstObservation())
-    assert out["average_episode_length"] == pytest.approx((2 + 7) * 2 / 5
-                                                          + 2 / 5)
+    assert out["average_episode_length"] == pytest.approx(20 / 5)
     assert out["success_rate"] == 1.0
+    # Every episode played once, whichever environment took it (which one
+    # does depends on how the threads run; the timing is tested below).
     first, second = (_sub_envs(g)[0] for g in groups)
-    assert first.seeds == [3, 5, 7] and second.seeds == [4, 6]
-    assert (first.steps, second.steps) == (6, 14)
-    wide = [_group([n]) for n in (2, 7, 2, 7, 2)]
+    assert sorted(first.seeds + second.seeds) == [3, 4, 5, 6, 7]
+    assert first.steps + second.steps == 20
+    # Each episode started from its own seed: as 5 environments play them.
+    wide = _by_seed(_LENGTHS, 5)
     assert Evaluator(wide, seed=3).evaluate(_FirstObservation()) == out
     assert [_sub_envs(g)[0].seeds for g in wide] == [[3], [4], [5], [6],
                                                      [7]]
+    evaluator.close()
+
+
+def test_a_queue_takes_the_longest_episode_not_the_sum_of_rounds():
+    delay = 0.03
+    evaluator = Evaluator(_by_seed(_LENGTHS, 2, delay), seed=3,
+                          num_episodes=5)
+    start = time.perf_counter()
+    evaluator.evaluate(_FirstObservation())
+    elapsed = time.perf_counter() - start
+    assert elapsed < 13 * delay, elapsed  # 10 steps; rounds take 15
+    evaluator.close()
+
+
+class _Uneven(_Counted):
+    """`_Counted` whose steps sleep ``delays[t % len(delays)]``."""
+
+    def __init__(self, length, delays):
+        super().__init__(length)
+        self.delays = delays
+
+    def step(self, action):
+        time.sleep(self.delays[self.t % len(self.delays)])
+        return super().step(action)
+
+
+def test_no_environment_waits_for_a_slower_ones_step():
+    # Two environments whose slow steps alternate (a simulator's step
+    # time varies with what it simulates): in lock-step every step waits
+    # for the slow one (10 x 0.06 s); at their own pace each takes 5 x 0.06.
+    groups = [suite_gym.GymEnvironment(gym.vector.SyncVectorEnv(
+        [lambda d=d: _Uneven(10, d)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+        for d in ((0.06, 0.0), (0.0, 0.06))]
+    evaluator = Evaluator(groups, seed=0)
+    start = time.perf_counter()
+    out = evaluator.evaluate(_FirstObservation())
+    elapsed = time.perf_counter() - start
+    assert out["average_episode_length"] == 10
+    assert elapsed < 0.45, elapsed  # lock-step: 0.6 s
     evaluator.close()
 
 
@@ -206,18 +267,71 @@ def test_a_batched_group_past_the_last_episode_is_not_counted():
     assert out["average_episode_length"] == pytest.approx((2 + 8 + 2) / 3)
 
 
-def test_together_rounds_of_one_evaluator_do_not_change_the_other():
+def test_together_the_queue_of_one_evaluator_does_not_change_the_other():
     def pair():
         return (Evaluator([_group([n]) for n in (2, 5)], seed=3),
-                Evaluator([_group([n]) for n in (4, 1)], seed=11,
-                          num_episodes=5))
+                Evaluator(_by_seed(_LENGTHS, 2), seed=3, num_episodes=5))
 
     alone = [e.evaluate(_FirstObservation()) for e in pair()]
     train, held_out = pair()
     assert evaluate_together([train, held_out], _FirstObservation()) == alone
-    assert alone[1]["average_episode_length"] == pytest.approx(14 / 5)
-    assert [_sub_envs(g)[0].seeds for g in held_out._envs] == [[11, 13, 15],
-                                                              [12, 14]]
+    assert alone[1]["average_episode_length"] == pytest.approx(20 / 5)
+    assert sorted(sum((_sub_envs(g)[0].seeds for g in held_out._envs), [])
+                  ) == [3, 4, 5, 6, 7]
+
+
+class _Offset:
+    """Acts ``offset`` (a Box action); `evaluate_variants` sets it."""
+
+    offset = 0.0
+
+    def observe(self, obs, update=True):
+        return obs
+
+    def predict_step(self, obs):
+        return AlgStep(output=torch.full((obs.shape[0], 1), self.offset))
+
+
+class _Paid(_BySeed):
+    """`_BySeed` with a one-dimensional Box action, paid as its reward."""
+
+    action_space = gym.spaces.Box(-5, 5, (1, ), np.float32)
+
+    def step(self, action):
+        obs, _, done, truncated, info = super().step(action)
+        return obs, float(action[0]), done, truncated, info
+
+
+def test_variants_queue_together_and_each_acts_as_its_own():
+    lengths = {3: 10, 4: 2, 5: 3}
+
+    def evaluator():
+        return Evaluator([suite_gym.GymEnvironment(gym.vector.SyncVectorEnv(
+            [lambda: _Paid(lengths)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+            for _ in range(2)], seed=3, num_episodes=3)
+
+    policy = _Offset()
+    offsets = (1.0, -2.0, 0.5)
+
+    def set_to(x):
+        return lambda: setattr(policy, "offset", x)
+
+    alone = []
+    for x in offsets:
+        policy.offset = x
+        alone.append(evaluator().evaluate(policy))
+    queued = evaluator()
+    got = evaluate_variants(queued, policy, [set_to(x) for x in offsets])
+    assert got == alone
+    assert [r["average_return"] for r in got] == pytest.approx(
+        [x * 5 for x in offsets])
+    # Nine episodes of 15 steps per variant in all on two environments:
+    # the queue ends after 25 steps (the last 10-step episode starts at
+    # 15); one variant after another, in rounds, after 3 x (10 + 3).
+    first, second = (_sub_envs(g)[0] for g in queued._envs)
+    assert sorted(first.seeds + second.seeds) == [3] * 3 + [4] * 3 + [5] * 3
+    assert max(first.steps, second.steps) <= 25
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5])
@@ -339,14 +453,12 @@ def test_together_each_evaluator_gets_what_it_gets_alone():
                 Evaluator([_group([n]) for n in (4, 1, 6)], seed=11))
 
     alone = [e.evaluate(_FirstObservation()) for e in pair()]
-    policy = _FirstObservation()
     train, held_out = pair()
-    together = evaluate_together([train, held_out], policy)
+    together = evaluate_together([train, held_out], _FirstObservation())
     assert together == alone
     # Held-out environments start from their own evaluator's seeds.
-    by_itself = _FirstObservation()
-    Evaluator([_group([n]) for n in (4, 1, 6)], seed=11).evaluate(by_itself)
-    assert torch.equal(policy.first(5)[2:], by_itself.first(3))
+    assert [_sub_envs(g)[0].seeds for g in held_out._envs] == [[11], [12],
+                                                              [13]]
     assert together[0]["average_episode_length"] == pytest.approx(3.5)
     assert together[1]["average_episode_length"] == pytest.approx(11 / 3)
 
@@ -460,14 +572,14 @@ def _returns(evaluators, policy, monkeypatch):
     """Per evaluator, its episodes' returns (not only their mean)."""
     import alf.trainers.evaluator as ev
     seen = []
-    play = ev._play
+    play = ev._play_sets
 
     def spy(*args):
         out = play(*args)
-        seen.append(out[0].tolist())
+        seen.append(sum((returns.tolist() for returns, _, _ in out), []))
         return out
 
-    monkeypatch.setattr(ev, "_play", spy)
+    monkeypatch.setattr(ev, "_play_sets", spy)
     evaluate_together(evaluators, policy)
     return seen
 
