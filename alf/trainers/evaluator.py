@@ -89,9 +89,9 @@ def _close_all(envs: Sequence[BatchedEnvironment]) -> None:
 
 
 class Evaluator:
-    """Runs one episode in every environment, with the policy's
-    `predict_step` (deterministic) or its `rollout_step` (the sampling policy
-    that collects training data).
+    """Plays ``num_episodes`` episodes in its environments, with the
+    policy's `predict_step` (deterministic) or its `rollout_step` (the
+    sampling policy that collects training data).
 
     The environments come in groups (`BatchedEnvironment`\\ s). A group
     steps until all of its episodes have ended and then stops: an
@@ -99,8 +99,10 @@ class Evaluator:
     reset, which costs a MetaDrive worker a new scenario) until the longest
     episode ends. With groups of one environment each (`make_evaluator`),
     no environment takes a step beyond its episode. The groups still
-    running step concurrently (threads waiting on their workers), and the
-    policy acts for all of them in one batch.
+    running step concurrently (threads waiting on their workers), each at
+    its own pace: the policy acts for those whose step has come back
+    (each episode's action computed alone, `act_per_episode`) while the
+    others still step.
 
     Evaluation never calls a collective, so in distributed training it runs
     on rank 0 alone.
