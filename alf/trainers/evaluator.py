@@ -274,14 +274,14 @@ def _evaluate_sets(sets, algorithm, should_stop):
 
 
 class _Slot:
-    """A group of environments and the episodes it plays now: ``keys[i]``
-    is environment ``i``'s ``(set, row)`` (``row`` an episode of its set's
-    variants, in order), or ``(set, None)`` past the set's last episode (a
-    group steps together, so it plays on, uncounted)."""
+    """A group of environments of set ``k`` and the episodes it plays now:
+    ``rows[i]`` is environment ``i``'s row (an episode of its set's
+    variants, in order), or None past the set's last episode (a group
+    steps together, so it plays on, uncounted)."""
 
     def __init__(self, k: int, env: BatchedEnvironment, pool):
         self.k, self.env, self.pool = k, env, pool
-        self.keys: List[tuple] = []
+        self.rows: List[Optional[int]] = []
         self.returns = self.lengths = self.running = torch.zeros(0)
         self.timestep = None
 
@@ -344,7 +344,7 @@ def _play_sets(sets, algorithm, should_stop):
             return
         rows, seed = taken
         w = s.env.num_envs
-        s.keys = [(s.k, row) for row in rows]
+        s.rows = rows
         s.returns, s.lengths = torch.zeros(w), torch.zeros(w)
         s.running = torch.ones(w, dtype=torch.bool)
         if streams is not None:
@@ -363,7 +363,7 @@ def _play_sets(sets, algorithm, should_stop):
         ending = live & ts.done
         returns, lengths, metrics = results[s.k]
         for i in ending.nonzero().flatten().tolist():
-            row = s.keys[i][1]
+            row = s.rows[i]
             if row is None:
                 continue
             returns[row], lengths[row] = s.returns[i], s.lengths[i]
@@ -398,10 +398,11 @@ def _play_sets(sets, algorithm, should_stop):
             obs = algorithm.observe(nest.map_structure(
                 lambda *x: torch.cat(x),
                 *[s.timestep.observation for s in ready]), update=False)
-            rows = [(s, i) for s in ready for i in range(s.env.num_envs)]
-            variants = [None if s.keys[i][1] is None else
-                        queues[s.k].variant(s.keys[i][1]) for s, i in rows]
-            action = act_per_episode(algorithm, obs, streams, rows, variants)
+            # Environment (s, i)'s episode: its noise stream's key.
+            envs = [(s, i) for s in ready for i in range(s.env.num_envs)]
+            variants = [None if s.rows[i] is None else
+                        queues[s.k].variant(s.rows[i]) for s, i in envs]
+            action = act_per_episode(algorithm, obs, streams, envs, variants)
             for s, a in zip(ready, action.split(
                     [s.env.num_envs for s in ready])):
                 pending[s.pool.submit(s.env.step, a)] = s
