@@ -30,11 +30,9 @@ import time
 
 import torch
 
-from alf.bin.play import checkpoint_path
+from alf.bin.play import checkpoint_path, load_algorithm
 from alf.trainers.calibration import label, make_calibrator
-from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.config_parser import parse_run_config
-from alf.trainers.run_state import CHECKPOINT_LAYOUT
 from alf.trainers.trainer_config import TrainerConfig
 
 
@@ -77,13 +75,9 @@ def main():
     calibrator = make_calibrator(cfg)
     evaluator = calibrator._evaluator
     try:
-        algorithm = cfg.algorithm_ctor(
-            observation_space=evaluator.observation_space,
-            action_space=evaluator.action_space, config=cfg)
         path = checkpoint_path(args.root_dir, args.checkpoint)
-        algorithm.load_state_dict(Checkpointer.load(
-            path, CHECKPOINT_LAYOUT)["algorithm"])
-        algorithm.eval()
+        algorithm = load_algorithm(cfg, path, evaluator.observation_space,
+                                   evaluator.action_space)
         print(f"{path}: {len(calibrator._candidates)} candidates x "
               f"{evaluator.num_episodes} episodes in "
               f"{len(evaluator._envs)} environments")

@@ -33,13 +33,11 @@ import time
 
 import torch
 
-from alf.bin.play import checkpoint_path
+from alf.bin.play import checkpoint_path, load_algorithm
 from alf.trainers import evaluator as evaluator_module
-from alf.trainers.checkpointer import Checkpointer
 from alf.trainers.config_parser import parse_run_config
 from alf.trainers.evaluator import (Evaluator, evaluate_together,
                                     make_evaluator)
-from alf.trainers.run_state import CHECKPOINT_LAYOUT
 from alf.trainers.seeds import eval_seed
 from alf.trainers.trainer_config import TrainerConfig
 
@@ -102,13 +100,9 @@ def main():
         ("together", (one_each, evaluate_together)),
         ("one batch", (one_each, _one_batch))) if name in chosen}
     first = (batched or one_each)[0]
-    algorithm = cfg.algorithm_ctor(
-        observation_space=first.observation_space,
-        action_space=first.action_space, config=cfg)
     path = checkpoint_path(args.root_dir, args.checkpoint)
-    algorithm.load_state_dict(Checkpointer.load(path, CHECKPOINT_LAYOUT)[
-        "algorithm"])
-    algorithm.eval()
+    algorithm = load_algorithm(cfg, path, first.observation_space,
+                               first.action_space)
     print(f"{path}: {len(sets)} set(s) of "
           f"{' and '.join(str(e.num_episodes) for e in ways[chosen[0]][0])} "
           f"episodes in {cfg.num_eval_episodes} environments each, "

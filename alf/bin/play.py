@@ -89,6 +89,19 @@ def checkpoint_path(root_dir: str, which: str) -> str:
     return _checkpoint(root_dir, which)[0]
 
 
+def load_algorithm(cfg, path: str, observation_space, action_space):
+    """``cfg``'s algorithm (a `TrainerConfig`) for these spaces, with the
+    checkpoint file ``path``'s weights, in eval mode."""
+    from alf.trainers.checkpointer import Checkpointer
+    from alf.trainers.run_state import CHECKPOINT_LAYOUT
+    algorithm = cfg.algorithm_ctor(observation_space=observation_space,
+                                   action_space=action_space, config=cfg)
+    algorithm.load_state_dict(Checkpointer.load(path, CHECKPOINT_LAYOUT)[
+        "algorithm"])
+    algorithm.eval()
+    return algorithm
+
+
 def _checkpoint(root_dir: str, which: str) -> Tuple[str, int]:
     """`checkpoint_path` and the env steps the checkpoint was taken at."""
     from alf.trainers.checkpointer import Checkpointer
@@ -155,8 +168,6 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     """
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
-    from alf.trainers.checkpointer import Checkpointer
-    from alf.trainers.run_state import CHECKPOINT_LAYOUT
     from alf.trainers import seeds
     from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
@@ -209,12 +220,8 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     check_environment(env, load_fn)
     assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:
-        algorithm = cfg.algorithm_ctor(
-            observation_space=env.observation_space,
-            action_space=env.action_space, config=cfg)
-        state = Checkpointer.load(path, CHECKPOINT_LAYOUT)
-        algorithm.load_state_dict(state["algorithm"])
-        algorithm.eval()
+        algorithm = load_algorithm(cfg, path, env.observation_space,
+                                   env.action_space)
         rows = [_episode(env, algorithm, seed + e, sampling, writer, act)
                 for e in range(num_episodes)]
     finally:
