@@ -11,7 +11,8 @@
 # even when it renders nothing and the 2026-11 image lacks; unpacked into
 # /tmp and put on LD_LIBRARY_PATH. ONLY (optional): a regex; only the steps
 # whose names match it run (e.g. ONLY='env|metadrive'). PYTEST_K
-# (optional): tests/gpu's -k.
+# (optional): tests/gpu's -k. VARIANTS (optional): the metadrive_variants
+# step's --modes.
 #
 # Every step has its own time limit and logs to $OUT (or
 # /tmp/gpu-checklist), so one that fails or hangs costs only its own
@@ -98,7 +99,7 @@ TAIL=30 md metadrive_scaling 300 python3 benchmarks/async_collection.py $MD \
 # finish in ~210 s on 2026-11-26: the limit is wide).
 SEG=$((4096 / $(nproc) / 4))
 TAIL=30 md metadrive_variants 420 python3 benchmarks/async_collection.py $MD \
-    --processes 1 --num_env_steps 32768 --modes "async,async+segment_length=$SEG,async+max_policy_lag=2,async+max_policy_lag=2+segment_length=$SEG,async+segment_length=$SEG+device='cuda'"
+    --processes 1 --num_env_steps 32768 --modes "${VARIANTS:-async,async+segment_length=$SEG,async+max_policy_lag=2,async+max_policy_lag=2+segment_length=$SEG,async+segment_length=$SEG+device='cuda'}"
 TAIL=30 md metadrive_sync 170 python3 benchmarks/async_collection.py $MD \
     --processes 1,2 --modes sync --num_env_steps 32768
 TAIL=30 md metadrive_cuda 100 python3 benchmarks/async_collection.py $MD \
