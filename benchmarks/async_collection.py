@@ -91,6 +91,9 @@ WORKLOADS = {
                  "TrainerConfig.unroll_length=256",
                  "TrainerConfig.num_eval_episodes=1",
                  "TrainerConfig.held_out_env_load_fn=None",
+                 # Pendulum has one action dimension; MetaDrive's
+                 # calibrated offsets are for its second.
+                 "TrainerConfig.calibrate_offsets=None",
                  "TrainerConfig.best_metric=None"]),
     "cart_pole": ("ppo_cart_pole.gin", 40960,
                   ["TrainerConfig.async_env=True",

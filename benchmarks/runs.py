@@ -192,8 +192,11 @@ def train_throughput(gin_files: Sequence[str], params: Sequence[str],
     if out.returncode != 0 or not found:
         with open(root_dir + ".log", "w") as f:
             f.write(" ".join(cmd) + "\n" + out.stdout)
-        raise RuntimeError(f"training failed (exit {out.returncode}); "
-                           f"see {root_dir}.log")
+        # The last line says why (alf's errors are one line); root_dir
+        # may be a temporary folder that is gone once the caller fails.
+        last = out.stdout.strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"training failed (exit {out.returncode}): "
+                           f"{last[0]} (whole output: {root_dir}.log)")
     steps, _, rate = (int(x) for x in found[-1])
     learner = _LEARNER.findall(out.stdout)
     actors = _ACTORS.findall(out.stdout)

@@ -79,6 +79,8 @@ def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
     env_fn.prepare_worker()
     env_fn.set_environment_process()
     torch.set_num_threads(1)
+    if config.actor_niceness:
+        os.nice(config.actor_niceness)
     env = None
     try:
         adopt_config(gin_config, env_spec)

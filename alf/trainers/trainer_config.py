@@ -90,6 +90,12 @@ class TrainerConfig:
             its next observation). Shorter segments shorten the wait for
             an unroll's last one at the lag bound (README, "Asynchronous
             collection"). Not with straggler preemption.
+        actor_niceness: ``"async"`` only: how much lower the actors'
+            scheduling priority is than the learner's (``os.nice``
+            increment, 0..19). Where actors and learners share too few
+            cores, the learner, the one serial part, then gets a core
+            whenever it has work, and the actors take what it leaves
+            (README, "Asynchronous collection"). 0: the same priority.
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished
@@ -229,6 +235,7 @@ class TrainerConfig:
     envs_per_actor: int = 1
     inference_workers: int = 0
     segment_length: Optional[int] = None
+    actor_niceness: int = 0
     unroll_length: int = 128
     preempt_stragglers: bool = False
     sync_frac: float = 0.6
@@ -313,6 +320,11 @@ class TrainerConfig:
             if not isinstance(value, int) or value < 0:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it "
                                   "must be an integer >= 0")
+        if (not isinstance(self.actor_niceness, int)
+                or not 0 <= self.actor_niceness <= 19):
+            raise ConfigError(f"TrainerConfig.actor_niceness="
+                              f"{self.actor_niceness!r}; valid: an integer "
+                              "in 0..19 (0: the learner's priority)")
         if self.inference_workers and self.unroll_mode != "async":
             raise ConfigError(
                 f"TrainerConfig.inference_workers={self.inference_workers} "

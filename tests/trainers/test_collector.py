@@ -7,6 +7,7 @@ actors run at different paces.
 """
 import copy
 import functools
+import os
 import pickle
 import time
 
@@ -305,6 +306,36 @@ def test_the_actors_report_their_cpu_per_step_and_their_spread():
     assert report.actor_ms > report.env_ms, report
     assert report.actor_spread > 1.8, report
     assert float(stats["collect/actor_busy_spread"]) > 1.8, stats
+
+
+NICE_ID = "AlfNiceProbe-v0"
+
+
+class NiceProbe(ScriptedPace):
+    """`ScriptedPace` whose observation's middle is its process's
+    niceness."""
+
+    def _obs(self):
+        return np.array([self._tag, os.nice(0), self._step], np.float32)
+
+
+if NICE_ID not in gym.registry:
+    gym.register(NICE_ID, entry_point=NiceProbe)
+
+
+@pytest.mark.parametrize("niceness", [0, 7])
+def test_actors_run_at_the_niceness_asked_for_and_the_learner_does_not(
+        niceness):
+    learner = os.nice(0)
+    collector, alg = _started(_config(env_name=NICE_ID,
+                                      actor_niceness=niceness))
+    try:
+        collector.collect()
+        seen = _take(alg).observation[..., 1]
+    finally:
+        collector.close()
+    assert os.nice(0) == learner
+    assert set(seen.flatten().tolist()) == {min(19, learner + niceness)}
 
 
 def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(

@@ -148,6 +148,15 @@ def test_a_segment_length_that_cannot_be_used_is_refused(kw, message):
         TrainerConfig(algorithm_ctor=PPOAlgorithm, **kw)
 
 
+@pytest.mark.parametrize("bad", [-1, 20, 2.5, "5"])
+def test_an_actor_niceness_outside_what_nice_takes_is_refused(bad):
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, actor_niceness=bad)
+    assert one_line(info.value) == (f"TrainerConfig.actor_niceness={bad!r}; "
+                               "valid: an integer in 0..19 (0: the "
+                               "learner's priority)")
+
+
 def test_world_size_is_not_a_gin_setting():
     with pytest.raises(ConfigError, match="world_size"):
         parse_config([], ["TrainerConfig.world_size = 2"])
