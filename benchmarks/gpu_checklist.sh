@@ -93,13 +93,17 @@ TAIL=30 md metadrive_scaling 300 python3 benchmarks/async_collection.py $MD \
     --processes 1,2,4,8 --modes async
 # Where one process's asynchronous collection loses its time on many cores
 # (the actors waited 32% for a policy and the learner 23% for unrolls, on
-# 2026-11-26's H100 machine): segments that any actor fills (a quarter
-# unroll: no unroll waits for its slowest environment), a looser lag bound,
-# both, and the learner on the GPU (~60-80 s each; a lag-3 run did not
-# finish in ~210 s on 2026-11-26: the limit is wide).
+# 2026-11-26's H100 machine, before actor_niceness): the actors at the
+# learner's priority against below it (16 actors and a learner on 16
+# cores: on 2 cores the learner waited for a core behind the actors),
+# segments that any actor fills (a quarter unroll: no unroll waits for its
+# slowest environment), a looser lag bound, and the learner on the GPU
+# (~60-80 s each; a lag-3 run did not finish in ~210 s on 2026-11-26: the
+# limit is wide). With the GPU tests this step fits one 15-minute session:
+# ONLY='^(env|metadrive_smoke|metadrive_variants|gpu_tests)$' (~9 min).
 SEG=$((4096 / $(nproc) / 4))
 TAIL=30 md metadrive_variants 420 python3 benchmarks/async_collection.py $MD \
-    --processes 1 --num_env_steps 32768 --modes "${VARIANTS:-async,async+segment_length=$SEG,async+max_policy_lag=2,async+max_policy_lag=2+segment_length=$SEG,async+segment_length=$SEG+device='cuda'}"
+    --processes 1 --num_env_steps 32768 --modes "${VARIANTS:-async+actor_niceness=0,async,async+segment_length=$SEG,async+max_policy_lag=2,async+device='cuda'}"
 TAIL=30 md metadrive_sync 170 python3 benchmarks/async_collection.py $MD \
     --processes 1,2 --modes sync --num_env_steps 32768
 TAIL=30 md metadrive_cuda 100 python3 benchmarks/async_collection.py $MD \

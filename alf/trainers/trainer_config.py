@@ -91,11 +91,12 @@ class TrainerConfig:
             an unroll's last one at the lag bound (README, "Asynchronous
             collection"). Not with straggler preemption.
         actor_niceness: ``"async"`` only: how much lower the actors'
-            scheduling priority is than the learner's (``os.nice``
-            increment, 0..19). Where actors and learners share too few
-            cores, the learner, the one serial part, then gets a core
-            whenever it has work, and the actors take what it leaves
-            (README, "Asynchronous collection"). 0: the same priority.
+            scheduling priority is than the learner's (an ``os.nice``
+            increment, 0..19; default 10). Where actors and the learner
+            share too few cores, the learner, the one serial part, then
+            gets a core whenever it has work and the actors take what it
+            leaves (1.14-1.22x where measured; README, "Asynchronous
+            collection"). 0: the learner's priority.
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished
@@ -235,7 +236,7 @@ class TrainerConfig:
     envs_per_actor: int = 1
     inference_workers: int = 0
     segment_length: Optional[int] = None
-    actor_niceness: int = 0
+    actor_niceness: int = 10
     unroll_length: int = 128
     preempt_stragglers: bool = False
     sync_frac: float = 0.6
