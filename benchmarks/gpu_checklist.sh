@@ -94,8 +94,9 @@ TAIL=30 md metadrive_scaling 300 python3 benchmarks/async_collection.py $MD \
 # Where one process's asynchronous collection loses its time on many cores
 # (the actors waited 32% for a policy and the learner 23% for unrolls, on
 # 2026-11-26's H100 machine, before actor_niceness): the actors at the
-# learner's priority against below it (16 actors and a learner on 16
-# cores: on 2 cores the learner waited for a core behind the actors),
+# learner's priority against below it (on 2 cores the learner waited for a
+# core behind the actors; 16 actors and a learner on 16 cores share more
+# evenly),
 # segments that any actor fills (a quarter unroll: no unroll waits for its
 # slowest environment), a looser lag bound, and the learner on the GPU
 # (~60-80 s each; a lag-3 run did not finish in ~210 s on 2026-11-26: the
