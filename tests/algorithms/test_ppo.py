@@ -92,7 +92,9 @@ def test_minibatch_advantages_are_standardised_per_minibatch():
 def test_ppo_learns_cart_pole(tmp_path, extra):
     """A short run (15k env steps) clearly beats a random policy (~22);
     also with half the steps acting with the mode, through the actor
-    processes (whose stored log-densities carry the +inf)."""
+    processes (whose stored log-densities carry the +inf). That run's
+    timing decides which policy version acts on which step, and its final
+    return ranged over 123-500 in 7 runs (2026-11-29): it must beat 100."""
     import gin
     import alf.trainers
     alf.trainers.parse_config(["ppo_cart_pole.gin"], [
@@ -103,7 +105,7 @@ def test_ppo_learns_cart_pole(tmp_path, extra):
         metrics = Trainer(str(tmp_path)).train()
     finally:
         gin.clear_config()
-    assert metrics["average_return"] > 150, metrics
+    assert metrics["average_return"] > (100 if extra else 150), metrics
 
 
 @pytest.mark.parametrize("world", [1, 2])
