@@ -96,11 +96,10 @@ TAIL=30 md metadrive_scaling 300 python3 benchmarks/async_collection.py $MD \
 # 2026-11-26's H100 machine, before actor_niceness): the actors at the
 # learner's priority against below it (on 2 cores the learner waited for a
 # core behind the actors; 16 actors and a learner on 16 cores share more
-# evenly),
-# segments that any actor fills (a quarter unroll: no unroll waits for its
-# slowest environment), a looser lag bound, and the learner on the GPU
-# (~60-80 s each; a lag-3 run did not finish in ~210 s on 2026-11-26: the
-# limit is wide). With the GPU tests this step fits one 15-minute session:
+# evenly), segments that any actor fills (a quarter unroll: no unroll
+# waits for its slowest environment), a looser lag bound, and the learner
+# on the GPU (~60-80 s each; a lag-3 run did not finish in ~210 s on
+# 2026-11-26: the limit is wide). With the GPU tests this step fits one 15-minute session:
 # ONLY='^(env|metadrive_smoke|metadrive_variants|gpu_tests)$' (~9 min).
 SEG=$((4096 / $(nproc) / 4))
 TAIL=30 md metadrive_variants 420 python3 benchmarks/async_collection.py $MD \

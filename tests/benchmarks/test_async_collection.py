@@ -1,14 +1,10 @@
 """benchmarks/async_collection.py: its workloads train, and it prints what
 it measured (the latency workload's ideal included)."""
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-REPO = os.path.dirname(os.path.abspath(BENCHMARKS))
+from benchmark_harness import run_script
 
 # Every workload shrunk to a few iterations on a few environments: what is
 # tested is that its bindings make a run (a gin file's new setting once
@@ -23,13 +19,9 @@ SMALL = {
 
 def _run(workload, modes):
     params = [a for p in SMALL[workload] for a in ("--gin_param", p)]
-    res = subprocess.run(
-        [sys.executable, os.path.join(BENCHMARKS, "async_collection.py"),
-         "--workload", workload, "--repeats", "1", "--processes", "1",
-         "--modes", modes, "--num_env_steps", "512", *params],
-        capture_output=True, text=True, timeout=170, cwd=REPO)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    return res.stdout
+    return run_script("async_collection.py", "--workload", workload,
+                      "--repeats", "1", "--processes", "1", "--modes",
+                      modes, "--num_env_steps", "512", *params, timeout=170)
 
 
 @pytest.mark.timeout(200)

@@ -1,23 +1,15 @@
 """benchmarks/actor_overhead.py and learner_floor.py run on a small config
 and print what they measured."""
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-REPO = os.path.dirname(os.path.abspath(BENCHMARKS))
+from benchmark_harness import run_script
 
 
 def _run(script, *args):
-    res = subprocess.run([sys.executable, os.path.join(BENCHMARKS, script),
-                          "--gin_file", "ppo_cart_pole.gin", *args],
-                         capture_output=True, text=True, timeout=150,
-                         cwd=REPO)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout
+    return run_script(script, "--gin_file", "ppo_cart_pole.gin", *args,
+                      timeout=150)
 
 
 def _number(pattern, text):
