@@ -2,7 +2,7 @@
 
 Used by ``alf.bin.train --distributed multi-process|multi-gpu`` and by the
 comparison tool. The launcher owns the exits (the design's clean-exit and
-dead-rank rules: README, "Distributed training"):
+dead-rank rules: docs/distributed.md, "Exits, preemption and failures"):
 
 * Ctrl-C, SIGTERM, SIGHUP (to the launcher or to the whole process group):
   every rank is asked to stop after its iteration; rank 0 saves a

@@ -13,9 +13,10 @@ interpreter's working set from the core's caches, so per step it costs
 2.6-3.2x what it costs in a loop of its own (docs/benchmarks.md). A worker
 runs nothing but the policy: its caches stay warm, and one forward pass
 serves many environments. Measured on `ppg_metadrive.gin` with 2 cores it
-loses (0.45 of bare MetaDrive against 0.57 without a worker, README): with
-one engine per actor, a request per step through pipes costs the worker
-and the actor more CPU than the actor's own batch-of-one forward pass.
+loses (0.45 of bare MetaDrive against 0.57 without a worker,
+docs/async_collection.md): with one engine per actor, a request per step
+through pipes costs the worker and the actor more CPU than the actor's
+own batch-of-one forward pass.
 
 The policy version that acted comes back with each answer (it is the
 worker's, which the learner refreshes after every iteration, as it does the

@@ -74,7 +74,7 @@ class TrainerConfig:
             simulators whose steps evict the policy from an actor's
             caches; measured so far (MetaDrive, 2 cores) it loses: a
             step's round trip through pipes costs more than acting in the
-            actor (README, "Asynchronous collection").
+            actor (docs/async_collection.md).
         segment_length: ``"async"`` only, on-policy algorithms: None
             (default): actor ``i`` fills the same columns of every unroll,
             so an unroll waits for its slowest actor and each column is one
@@ -88,8 +88,8 @@ class TrainerConfig:
             side by side in ``[unroll_length, local_num_envs]`` and ends
             each at its last step as a time limit would (bootstrapped from
             its next observation). Shorter segments shorten the wait for
-            an unroll's last one at the lag bound (README, "Asynchronous
-            collection"). Not with straggler preemption.
+            an unroll's last one at the lag bound
+            (docs/async_collection.md). Not with straggler preemption.
         actor_niceness: ``"async"`` only: how much lower the actors'
             scheduling priority is than the learner's (an ``os.nice``
             increment, 0..19; default 10). Where actors and the learner
@@ -97,8 +97,8 @@ class TrainerConfig:
             gets a core whenever it has work and the actors take what it
             leaves (one process on 2 cores: 1.22x on
             ``ppg_metadrive.gin``, 1.14x on CartPole with ``async_env``;
-            no change where the learner has a core to itself; README,
-            "Asynchronous collection"). 0: the learner's priority.
+            no change where the learner has a core to itself;
+            docs/async_collection.md). 0: the learner's priority.
         unroll_length: environment steps per environment per iteration.
         preempt_stragglers: in distributed training, a rank ends its
             rollout early once ``sync_frac`` of the ranks have finished

@@ -199,7 +199,8 @@ def test_torchrun_standalone_trains(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_user_algorithm_example_trains_with_two_processes(tmp_path):
-    """alf/examples/custom_algorithm.py: the README's worked example."""
+    """alf/examples/custom_algorithm.py: the worked example of
+    docs/distributed.md."""
     res = _run(_cmd(tmp_path, [
         "TrainerConfig.num_env_steps=2048", "TrainerConfig.eval_interval=8",
         "TrainerConfig.num_eval_episodes=2",
