@@ -98,7 +98,9 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
     Raises:
         AlfError: one line, for a bad run, checkpoint, binding or metric.
     """
-    from alf.bin.play import mean_row, play
+    from alf.bin.play import check_split, mean_row, play
+    if held_out:  # before minutes of play, not after them
+        check_split(root_dir, checkpoint, "held_out", gin_params)
     results = []
     for i, offsets in enumerate(candidates):
         rows = play(root_dir, checkpoint, num_episodes,
@@ -107,11 +109,13 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
         if metric not in row:
             raise ConfigError(f"--metric={metric!r}: the episodes report "
                               f"{', '.join(row)}")
+        # The return beside the metric, unless it is the metric.
+        also = "return" if metric != "return" else ""
         if i == 0:
-            echo(f"{'offsets':>24} {metric:>16} {'return':>10} "
-                 f"{'length':>8}")
-        echo(f"{label(offsets):>24} {row[metric]:16.3f} "
-             f"{row['return']:10.2f} {row['length']:8.1f}")
+            echo(f"{'offsets':>24} {metric:>16} {also:>10} {'length':>8}")
+        shown = f"{row['return']:10.2f}" if also else f"{'':>10}"
+        echo(f"{label(offsets):>24} {row[metric]:16.3f} {shown} "
+             f"{row['length']:8.1f}")
         results.append((offsets, row))
     best, _ = choose(results, metric)
     if not held_out:

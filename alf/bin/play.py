@@ -78,6 +78,9 @@ def define_flags() -> None:
 VIDEO_FORMATS = (".gif", ".mp4")
 #: The environments `play` can load, as the run's config made them.
 SPLITS = ("training", "held_out", "calibration")
+#: What a checkpoint that cannot be played leaves the user to do.
+PLAY_ADVICE = ("play another (--checkpoint latest, best or an env-step "
+               "count) or with the config it was trained with")
 
 
 def checkpoint_path(root_dir: str, which: str) -> str:
@@ -93,11 +96,12 @@ def load_algorithm(cfg, path: str, observation_space, action_space):
     """``cfg``'s algorithm (a `TrainerConfig`) for these spaces, with the
     checkpoint file ``path``'s weights, in eval mode."""
     from alf.trainers.checkpointer import Checkpointer
-    from alf.trainers.run_state import CHECKPOINT_LAYOUT
+    from alf.trainers.run_state import CHECKPOINT_LAYOUT, load_weights
     algorithm = cfg.algorithm_ctor(observation_space=observation_space,
                                    action_space=action_space, config=cfg)
-    algorithm.load_state_dict(Checkpointer.load(path, CHECKPOINT_LAYOUT)[
-        "algorithm"])
+    load_weights(algorithm, Checkpointer.load(
+        path, CHECKPOINT_LAYOUT, advice=PLAY_ADVICE)["algorithm"], path,
+                 PLAY_ADVICE)
     algorithm.eval()
     return algorithm
 
@@ -186,15 +190,7 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     cfg = TrainerConfig()
     if seed is None:
         seed = seeds.eval_seed(cfg.seed)
-    load_fn = cfg.env_load_fn
-    if split == "held_out":
-        if cfg.held_out_env_load_fn is None:
-            raise ConfigError(f"--split held_out: the run in {root_dir} has "
-                              "no held-out environments "
-                              "(TrainerConfig.held_out_env_load_fn is unset)")
-        load_fn = cfg.held_out_env_load_fn
-    elif split == "calibration":
-        load_fn = cfg.calibration_env_load_fn or load_fn
+    load_fn = _split_load_fn(cfg, split, root_dir)
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).
     env_fn.set_environment_process()
@@ -229,6 +225,43 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     if writer:
         writer.close()
     return rows
+
+
+def _split_load_fn(cfg, split: str, root_dir: str):
+    """The load function of ``split``'s environments in the run ``cfg``.
+
+    Raises:
+        ConfigError: ``held_out`` for a run without held-out environments.
+    """
+    if split == "held_out":
+        if cfg.held_out_env_load_fn is None:
+            raise ConfigError(f"--split held_out: the run in {root_dir} has "
+                              "no held-out environments "
+                              "(TrainerConfig.held_out_env_load_fn is unset)")
+        return cfg.held_out_env_load_fn
+    if split == "calibration":
+        return cfg.calibration_env_load_fn or cfg.env_load_fn
+    return cfg.env_load_fn
+
+
+def check_split(root_dir: str, checkpoint: str, split: str,
+                gin_params: Sequence[str] = ()) -> None:
+    """Fails as `play` would on ``split``, without playing: a tool that
+    plays a split last (``alf.bin.calibrate --held_out``) checks first.
+
+    Raises:
+        AlfError: as `play`, for a missing run or checkpoint, or a split
+            the run does not have.
+    """
+    from alf.trainers.config_parser import parse_run_config
+    from alf.trainers.trainer_config import TrainerConfig
+    if split not in SPLITS:
+        raise ConfigError(f"--split={split!r}; valid: {', '.join(SPLITS)}")
+    if not os.path.isfile(os.path.join(root_dir, "config.gin")):
+        return  # `play` names what is missing
+    _, steps = _checkpoint(root_dir, checkpoint)
+    parse_run_config(run_config(root_dir, steps), gin_params)
+    _split_load_fn(TrainerConfig(), split, root_dir)
 
 
 @torch.inference_mode()

@@ -115,13 +115,16 @@ class Checkpointer:
             raise
 
     @staticmethod
-    def load(path: str, layout: Optional[Dict[str, Any]] = None
-             ) -> Dict[str, Any]:
+    def load(path: str, layout: Optional[Dict[str, Any]] = None,
+             advice: Optional[str] = None) -> Dict[str, Any]:
         """Reads a checkpoint.
 
         Args:
             path: the checkpoint file.
             layout: what the checkpoint must hold (see `check_layout`).
+            advice: what the error tells the user to do instead; None:
+                training's (resume from an older checkpoint or use another
+                root dir).
 
         Raises:
             CheckpointError: if the file cannot be read or does not have
@@ -133,17 +136,18 @@ class Checkpointer:
             raise CheckpointError(
                 f"checkpoint {path} is unreadable ({type(e).__name__}: not a "
                 "complete weights-only checkpoint; it is corrupt or holds "
-                "Python objects); refusing to resume. Move it out of "
-                f"{os.path.dirname(path)} to resume from an older one, or "
-                "use another --root_dir") from e
+                f"Python objects); {advice or _resume_advice(path)}") from e
         problem = check_layout(state, layout) if layout else None
         if problem:
             raise CheckpointError(
                 f"checkpoint {path} is not a checkpoint of this trainer "
-                f"({problem}); refusing to resume. Move it out of "
-                f"{os.path.dirname(path)} to resume from an older one, or "
-                "use another --root_dir")
+                f"({problem}); {advice or _resume_advice(path)}")
         return state
+
+
+def _resume_advice(path: str) -> str:
+    return (f"refusing to resume. Move it out of {os.path.dirname(path)} "
+            "to resume from an older one, or use another --root_dir")
 
 
 def _remove_quietly(path: str) -> None:

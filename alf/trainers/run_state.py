@@ -126,18 +126,14 @@ class RunState:
         if state is None:
             return None
         alg = self._algorithm
+        load_weights(alg, state["algorithm"], path, RESUME_ADVICE)
         try:
-            alg.load_state_dict(state["algorithm"])
             alg.load_optimizer_state_dict(state["optimizers"])
             counters = state["counters"]
         except (KeyError, RuntimeError, ValueError) as e:
-            # torch's message lists every difference on its own line; name
-            # the first one (the tensor and both shapes) instead.
-            why = (describe_mismatch(state["algorithm"], alg.state_dict())
-                   or _first_detail(e))
             raise CheckpointError(
-                f"checkpoint {path} does not fit this config ({why}); use "
-                "another --root_dir or the config it was trained with") from e
+                f"checkpoint {path} does not fit this config "
+                f"({_first_detail(e)}); {RESUME_ADVICE}") from e
         self._episodes.total_episodes = counters["episodes"]
         resumed = Resumed(path, counters["iteration"], counters["env_steps"],
                           state["rng"]["torch"])
@@ -217,6 +213,28 @@ def check_best_metric(name: Optional[str],
         raise ConfigError(f"TrainerConfig.best_metric={name!r} is not an "
                           f"evaluation metric here; valid: "
                           f"{', '.join(valid)} or None")
+
+
+#: What a checkpoint that does not fit leaves a resuming user to do.
+RESUME_ADVICE = "use another --root_dir or the config it was trained with"
+
+
+def load_weights(algorithm, weights: dict, path: str, advice: str) -> None:
+    """``algorithm.load_state_dict(weights)``, the checkpoint file ``path``'s.
+
+    Raises:
+        CheckpointError: one line naming the first tensor that does not
+            fit (its name and both shapes), then ``advice``.
+    """
+    try:
+        algorithm.load_state_dict(weights)
+    except (KeyError, RuntimeError, ValueError) as e:
+        # torch's message lists every difference on its own line; name the
+        # first one (the tensor and both shapes) instead.
+        why = (describe_mismatch(weights, algorithm.state_dict())
+               or _first_detail(e))
+        raise CheckpointError(f"checkpoint {path} does not fit this config "
+                              f"({why}); {advice}") from e
 
 
 def _first_detail(error: Exception) -> str:

@@ -94,6 +94,21 @@ def test_calibration_plays_each_offset_and_its_binding_replays_it(
     assert float(mean[1]) == pytest.approx(rows[best], abs=1e-3)
     assert re.search(r"held out: return -?[\d.]+ with it, -?[\d.]+ "
                      r"without", out.stdout), out.stdout
+    header = next(ln for ln in out.stdout.splitlines()
+                  if ln.split()[:1] == ["offsets"])
+    assert header.split() == ["offsets", "return", "length"], header
+
+
+def test_held_out_is_checked_before_any_candidate_is_played(pendulum_run):
+    out = _cli("--root_dir", str(pendulum_run), "--checkpoint", "latest",
+               "--offsets", "0=-2.0,1.0", "--num_episodes", "1",
+               "--held_out", "--gin_param",
+               "TrainerConfig.held_out_env_load_fn=None")
+    assert out.returncode == 1, out.stdout
+    assert out.stdout == "", out.stdout  # no candidate's row: none played
+    assert re.fullmatch(r"alf\.bin\.calibrate: --split held_out: the run in "
+                        r"\S+ has no held-out environments .*\n",
+                        out.stderr), out.stderr
 
 
 @pytest.mark.parametrize("args, message", [

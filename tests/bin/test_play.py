@@ -91,6 +91,11 @@ def test_sampling_replays_episode_by_episode(cart_pole_run):
                      r"environments"),
     (["--held_out", "--split", "calibration"],
      r"--held_out with --split=calibration: give one of them"),
+    # Other networks than the run trained: the first tensor that does not
+    # fit, both shapes, and what to do (not a traceback).
+    (["--gin_param", "ActorDistributionNetwork.hidden_sizes=(32,)"],
+     r"checkpoint \S+ does not fit this config \(.*\[.*\].*\[.*\].*\); "
+     r"play another \(--checkpoint"),
 ])
 def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     res = _play(cart_pole_run, *args)
@@ -99,6 +104,21 @@ def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     last = res.stderr.strip().splitlines()[-1]
     assert re.search(message, last), res.stderr
     assert not os.path.exists("x.avi")
+
+
+def test_an_unreadable_checkpoint_says_what_play_can_do(cart_pole_run,
+                                                         tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(cart_pole_run, run)
+    ckpt = next(p for p in (run / "ckpt").iterdir()
+                if p.name.startswith("ckpt-"))
+    ckpt.write_bytes(b"not a checkpoint")
+    res = _play(run, "--checkpoint", ckpt.name[len("ckpt-"):-len(".pt")])
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert "is unreadable" in last and "play another" in last, res.stderr
+    assert "resume" not in last, last
 
 
 def _means(stdout):
