@@ -35,6 +35,7 @@ from alf.trainers.evaluator import (EvaluationStopped, Evaluator,
                                     make_evaluator)
 from alf.trainers.preemption import Preemption, make_preemption
 from alf.trainers.reporting import Reporter
+from alf.trainers.run_lock import RunLock
 from alf.trainers.run_state import RunState
 from alf.trainers.stop_requests import StopRequests, install_handlers
 from alf.trainers.trainer_config import TrainerConfig
@@ -121,6 +122,9 @@ class Trainer:
             TrainingError: on a non-finite loss (no checkpoint is written).
         """
         restore_handlers: Callable[[], None] = lambda: None  # noqa: E731
+        # Before anything is built or written: a second training in this
+        # root dir would spoil the first's files.
+        lock = RunLock.acquire(self.root_dir) if self.is_chief else None
         try:
             # Inside: a failure half-way through building (an actor or the
             # evaluator's environment) must still stop the actors started.
@@ -139,6 +143,8 @@ class Trainer:
                 self._close()
             finally:
                 restore_handlers()
+                if lock is not None:
+                    lock.release()
 
     # ---- set-up -----------------------------------------------------------
     def _build(self) -> None:

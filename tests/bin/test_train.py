@@ -209,6 +209,22 @@ def test_root_dir_that_cannot_be_written(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["afile"]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("extra", [(), ("--distributed", "multi-process",
+                                        "--num_processes", "2")])
+def test_a_root_dir_another_training_holds_is_refused(tmp_path, extra):
+    from alf.trainers.run_lock import RunLock
+    root = tmp_path / "run"
+    held = RunLock.acquire(str(root))  # another training, as far as it sees
+    try:
+        res = run_cli(root, extra=extra)
+    finally:
+        held.release()
+    assert_one_line_error(res, str(root), "in use by another training",
+                          f"pid {os.getpid()} on ")
+    assert_nothing_written(root)
+
+
 # ---- a good run -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
