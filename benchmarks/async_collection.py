@@ -161,6 +161,8 @@ def main():
                         "TrainerConfig.num_envs=16 (repeatable)")
     parser.add_argument("--bare_steps", type=int, default=3000)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: give 1 or more")
     gin_file, steps, extra = WORKLOADS[args.workload]
     steps = args.num_env_steps or steps
     params = throughput_params(steps) + extra + [
@@ -196,13 +198,12 @@ def main():
                         continue
                     n, mode, dev = v
                     unroll_mode, *bindings = mode.split("+")
-                    r = train_throughput(
+                    r = _measure(
                         [gin_file], params + [
                             f'TrainerConfig.unroll_mode="{unroll_mode}"',
                             f'TrainerConfig.device="{dev}"'] + [
                             f"TrainerConfig.{b}" for b in bindings],
-                        os.path.join(root, f"{mode}{n}{dev}-r{rep}"),
-                        num_processes=n)
+                        os.path.join(root, f"{mode}{n}{dev}-r{rep}"), n)
                     rates[v].append(r["steady_rate"])
                     learner[v].append(r["learner_ms"])
                     actors[v].append((r["actor_ms"], r["env_ms"],
@@ -216,7 +217,7 @@ def main():
                             f"{r['actor_spread']:.2f}x the fastest), "
                             f"learner waiting "
                             f"{r['learner_wait']:.0%}")
-                    if r["inference_batch"]:
+                    if r["inference_batch"] > 0:  # not 0, not NaN
                         said += (f", inference {r['inference_ms']:.3f} "
                                  f"(batch {r['inference_batch']:.1f})")
                     print(f"repeat {rep}: {label(v)} "
@@ -233,6 +234,28 @@ def main():
     report(variants, rates, learner, actors, waits, bare, cores)
     if args.workload == "latency":
         report_latency(variants, rates, actors, params)
+
+
+def _measure(gin_files, params, root_dir: str, num_processes: int) -> dict:
+    """`train_throughput`, failing in one line where a run failed (its
+    output kept outside the benchmark's temporary folder) or was too short
+    for a steady rate."""
+    try:
+        r = train_throughput(gin_files, params, root_dir,
+                             num_processes=num_processes)
+    except RuntimeError as e:
+        fd, kept = tempfile.mkstemp(prefix="alf-async-failed-",
+                                    suffix=".log")
+        with os.fdopen(fd, "w") as f, open(root_dir + ".log") as log:
+            f.write(log.read())
+        raise SystemExit(f"{str(e).split(' (whole output:')[0]} (whole "
+                         f"output: {kept})") from e
+    if math.isnan(r["steady_rate"]):
+        raise SystemExit(
+            f"{os.path.basename(root_dir)}: {r['env_steps']} env steps gave "
+            "fewer than two progress lines, so no steady rate: give "
+            "--num_env_steps several iterations' worth")
+    return r
 
 
 def report_latency(variants, rates, actors, params) -> None:
