@@ -20,6 +20,11 @@ DIR/compare.csv and DIR/compare.png and prints a verdict with side A as the
 reference. Exit codes: 0 the sides agree, 3 they do not, 1 an error (a failed
 run is named with its log, DIR/<side>/seed{s}.log), 130 interrupted.
 
+DIR/<side>/side.json records what the side's runs train with (the gin
+files, every --gin_param, the side's bindings and process count): a rerun
+that differs is refused (use a new DIR); one that only adds seeds or judges
+the runs another way (--metric, --held_out, tolerances) reuses them.
+
 The sides are compared on ``average_return`` in each run's eval.csv unless
 ``--metric`` names another of its columns (MetaDrive's ``route_completion``,
 ``success_rate``...; then ``--tol_abs`` in that metric's units is
@@ -42,6 +47,8 @@ from absl import app, flags
 from alf.bin.curves import (DEFAULT_METRIC, EVAL_CSV, HELD_OUT_CSV, Run,
                             align, final_value, normalized_auc, plot,
                             read_curves, verdict, write_compare_csv)
+from alf.bin.train import check_root_dir
+from alf.config import find_gin_file
 from alf.utils.errors import AlfError, one_line
 
 
@@ -85,6 +92,7 @@ def define_flags() -> None:
 
 
 FLAGS = flags.FLAGS
+PROG = "alf.bin.compare"
 
 EXIT_AGREE, EXIT_ERROR, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 3, 130
 DEFAULT_TOL_ABS = 25.0
@@ -202,20 +210,41 @@ def finished(run_dir: str, num_env_steps: int) -> bool:
     return bool(saved) and max(saved) >= num_env_steps
 
 
-def claim_folder(root: str, side: Side) -> None:
-    """Records ``side``'s settings in ``root/<name>/side.json`` or, if a
-    record is there, checks them against it.
+# What a side's runs were trained with, as side.json records it: its keys
+# and how an error names them. Metrics and tolerances are not in it: they
+# judge the same runs. Records from before the gin files and params were
+# added lack them and are checked on the rest.
+_RECORDED = {"processes": "processes per run", "params": "the side's bindings",
+             "gin_files": "--gin_file", "gin_params": "--gin_param"}
+_OLDER_RECORDS_LACK = ("gin_files", "gin_params")
+
+
+def claim_folder(root: str, side: Side, gin_files: Sequence[str] = (),
+                 gin_params: Sequence[str] = ()) -> None:
+    """Records what ``side``'s runs train with (its process count and
+    bindings, the gin files and the common bindings) in
+    ``root/<name>/side.json`` or, if a record is there, checks it.
 
     train.py resumes whatever run it finds in a folder, so without this a
-    rerun that gives a name other settings (the default names 'a' and 'b'
-    with new --a_param values, say) would compare the old runs. Folders from
-    before the record existed are adopted.
+    rerun with another config, or that gives a name other settings (the
+    default names 'a' and 'b' with new --a_param values, say), would
+    compare the old runs. Folders from before the record existed are
+    adopted.
+
+    Args:
+        root: the root folder.
+        side: the side.
+        gin_files: the gin files, resolved (`alf.config.find_gin_file`), so
+            that another spelling of the same file is the same.
+        gin_params: the bindings for every run.
 
     Raises:
-        AlfError: naming the folder whose runs have other settings.
+        AlfError: naming the folder whose runs have other settings and what
+            differs.
     """
     path = os.path.join(root, side.name, "side.json")
-    want = {"processes": side.processes, "params": list(side.params)}
+    want = {"processes": side.processes, "params": list(side.params),
+            "gin_files": list(gin_files), "gin_params": list(gin_params)}
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
@@ -224,13 +253,22 @@ def claim_folder(root: str, side: Side) -> None:
     with open(path) as f:
         text = f.read()
     try:
-        same = json.loads(text) == want
-    except ValueError:  # damaged: nothing vouches for the runs
-        same = False
-    if not same:
-        raise AlfError(f"{os.path.dirname(path)} holds runs of other settings "
-                       f"({' '.join(text.split())}, now {json.dumps(want)}); "
-                       "use a new --root_dir or another side name")
+        had = json.loads(text)
+    except ValueError:
+        had = None
+    folder = os.path.dirname(path)
+    if not isinstance(had, dict):  # damaged: nothing vouches for the runs
+        raise AlfError(f"{path} cannot be read ({' '.join(text.split())}), "
+                       f"so the settings of the runs in {folder} are unknown;"
+                       " use a new --root_dir")
+    differ = [f"{label}: {had.get(key)} then, {want[key]} now"
+              for key, label in _RECORDED.items()
+              if had.get(key) != want[key]
+              and (key in had or key not in _OLDER_RECORDS_LACK)]
+    if differ:
+        raise AlfError(f"{folder} holds runs of other settings "
+                       f"({'; '.join(differ)}); use a new --root_dir, or the "
+                       "settings those runs were trained with")
 
 
 def _start(cmd: List[str], log_path: str) -> subprocess.Popen:
@@ -357,6 +395,10 @@ def main(argv: List[str]) -> int:
     try:
         if not FLAGS.root_dir or not FLAGS.gin_file:
             raise AlfError("--root_dir and --gin_file are required")
+        for flag in ("tol_abs", "tol_rel"):
+            value = FLAGS[flag].value
+            if value is not None and not value >= 0:  # NaN as well
+                raise AlfError(f"--{flag}={value:g}; it must be 0 or more")
         metric = FLAGS.metric
         tol_abs = tolerance(metric, FLAGS.tol_abs)
         csv_name = HELD_OUT_CSV if FLAGS.held_out else EVAL_CSV
@@ -365,7 +407,8 @@ def main(argv: List[str]) -> int:
             FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
             FLAGS.num_processes if FLAGS["num_processes"].present else None)
         steps = check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides)
-        root = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
+        gin_files = [find_gin_file(g) for g in FLAGS.gin_file]
+        root = check_root_dir(FLAGS.root_dir)
         jobs = train_commands(root, FLAGS.gin_file, FLAGS.gin_param or [],
                               sides, FLAGS.seeds)
         parallel = 2 if FLAGS.parallel else 1
@@ -374,21 +417,25 @@ def main(argv: List[str]) -> int:
               f"{len(jobs)} runs, {parallel} at a time; logs in "
               f"{root}/<side>/seed<s>.log", sep="\n", flush=True)
         named = {side.name: side for side in sides}
+
+        def claim(side: Side) -> None:
+            claim_folder(root, side, gin_files, FLAGS.gin_param or [])
+
         for side in sides:  # other settings there: fail before any training
             if os.path.isdir(os.path.join(root, side.name)):
-                claim_folder(root, side)
+                claim(side)
         # A side's folder appears with its first run (none after a failure).
         run_all(jobs, root, parallel,
-                on_start=lambda run: claim_folder(root, named[run[0]]),
+                on_start=lambda run: claim(named[run[0]]),
                 done=lambda run: finished(
                     os.path.join(root, run[0], f"seed{run[1]}"),
                     steps[run[0]]))
         # Side A first: its runs make the grid and lead the table.
         runs = sorted(jobs, key=lambda r: (r[0] != a.name, r[1]))
-        grid, values = align(
-            {(m, s): read_curves(os.path.join(root, m, f"seed{s}"), csv_name)
-             for m, s in runs}, reference=a.name, metric=metric,
-            csv_name=csv_name)
+        curves = {(m, s): read_curves(os.path.join(root, m, f"seed{s}"),
+                                      csv_name, PROG) for m, s in runs}
+        grid, values = align(curves, reference=a.name, metric=metric,
+                             csv_name=csv_name)
         config = "+".join(os.path.basename(g) for g in FLAGS.gin_file)
         title = f"{config}, {a.name} vs {b.name}, {FLAGS.seeds} seed(s)"
         if FLAGS.held_out:
@@ -398,10 +445,10 @@ def main(argv: List[str]) -> int:
                           metric)
         plot(os.path.join(root, out + ".png"), grid, values, title, metric)
     except KeyboardInterrupt:
-        print("alf.bin.compare: interrupted; rerun to resume", file=sys.stderr)
+        print(f"{PROG}: interrupted; rerun to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (AlfError, OSError) as e:
-        print(f"alf.bin.compare: error: {one_line(e)}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     stats: Dict[str, Dict[int, Dict[str, float]]] = {}
     for (name, seed), v in values.items():

@@ -8,6 +8,7 @@ can define its flags first.
 """
 import math
 import os
+import sys
 import warnings
 from typing import (Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
                     Union)
@@ -22,6 +23,8 @@ EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
 # alf.trainers.calibration's: every candidate offset's scores.
 CALIBRATION_CSV = "calibration.csv"
 DEFAULT_METRIC = "average_return"
+# How many skipped rows a warning names (a damaged file may have many).
+_SHOWN = 5
 Run = Tuple[str, int]  # (side name, seed)
 # Env steps and returns: lists, or arrays as `align` makes them.
 Ints = Union[Sequence[int], np.ndarray]
@@ -106,7 +109,8 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
             tol_abs: float, alpha: float = 0.05,
             pvalue: Callable = welch_pvalue,
             label: str = "return") -> Tuple[bool, List[str]]:
-    """Decides whether two sides trained equally well (both criteria shown).
+    """Decides whether two sides trained equally well (both criteria shown,
+    the deciding one first).
 
     Welch's t-test on the per-seed values decides when it can be computed
     for both metrics: the sides agree unless one differs with p < ``alpha``
@@ -134,22 +138,33 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
     lines = [f"{'mode':<{w}}{'seed':>5}{final:>{fw}}{'norm. AUC':>11}"]
     lines += [f"{m:<{w}}{s:>5}{v['final']:>{fw}.{d}f}{v['auc']:>11.{d}f}"
               for m, per_seed in stats.items() for s, v in per_seed.items()]
-    tol_ok, t_ok, why_not = True, True, set()
+    figures = []  # per metric: its name, means, bound and p (or why not)
     for key, name in (("final", final), ("auc", "normalized AUC")):
         xa, xb = [v[key] for v in a.values()], [v[key] for v in b.values()]
         ma, mb = float(np.mean(xa)), float(np.mean(xb))
-        bound = max(tol_abs, tol_rel * abs(ma))
-        within = abs(mb - ma) <= bound
-        p, why = pvalue(xa, xb)
-        tol_ok, t_ok = tol_ok and within, t_ok and (p is None or p >= alpha)
-        why_not |= {why} - {""}
-        test = f"Welch p = {p:.3f}" if p is not None else f"no t-test ({why})"
-        lines.append(f"{name}: mean {ref} {ma:.{d}f}, mean {other} "
-                     f"{mb:.{d}f}, difference {mb - ma:+.{d}f} (tolerance "
-                     f"{bound:.{d}f}: "
-                     f"{'within' if within else 'EXCEEDED'}); {test}")
+        figures.append((name, ma, mb, max(tol_abs, tol_rel * abs(ma)),
+                        *pvalue(xa, xb)))
+    why_not = {why for *_, why in figures if why}
     criterion = "tolerance" if why_not else "Welch's t-test"
-    agree = tol_ok if why_not else t_ok
+    agree = True
+    # Each line leads with the deciding criterion; the other one follows,
+    # marked unused and in lowercase, so that it does not read as the
+    # verdict (an EXCEEDED tolerance beside a Welch AGREE, say).
+    for name, ma, mb, bound, p, why in figures:
+        within = abs(mb - ma) <= bound
+        tol = f"tolerance {bound:.{d}f}: {'within' if within else 'EXCEEDED'}"
+        if why_not:
+            agree = agree and within
+            test = (f"Welch p = {p:.3f} (not used: the tolerance decides)"
+                    if p is not None else f"no t-test ({why})")
+            judged = f"({tol}); {test}"
+        else:
+            agree = agree and p >= alpha
+            judged = (f"(Welch p = {p:.3f}: "
+                      f"{'SIGNIFICANT' if p < alpha else 'not significant'}"
+                      f"); {tol.lower()} (not used: Welch decides)")
+        lines.append(f"{name}: mean {ref} {ma:.{d}f}, mean {other} "
+                     f"{mb:.{d}f}, difference {mb - ma:+.{d}f} {judged}")
     rule = (f"agree when |difference| <= max({tol_abs:g}, {tol_rel:g} x "
             f"|mean {ref}|) for both metrics (t-test not used: "
             f"{'; '.join(sorted(why_not))})" if why_not else
@@ -175,15 +190,19 @@ def write_compare_csv(path: str, grid: Ints,
 
 def plot(path: str, grid: Ints, values: Dict[Run, np.ndarray],
          title: str, metric: str = DEFAULT_METRIC) -> None:
-    """Saves each side's mean curve and min-max band over seeds, labelled
-    with the side's name."""
+    """Saves each side's mean curve and min-max band over seeds (a side
+    with one seed: its curve), labelled with the side's name."""
     import matplotlib
     matplotlib.use("Agg")  # no display on servers and in tests
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name in dict.fromkeys(m for m, _ in values):
         ys = np.stack([v for (m, _), v in values.items() if m == name])
-        ax.plot(grid, ys.mean(0), label=f"{name}: mean, min-max of {len(ys)}")
+        if len(ys) == 1:  # no spread to show
+            ax.plot(grid, ys[0], label=f"{name}: 1 seed")
+            continue
+        ax.plot(grid, ys.mean(0),
+                label=f"{name}: mean, min-max of {len(ys)} seeds")
         ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.25)
     ax.set(xlabel="env steps", ylabel=metric.replace("_", " "), title=title)
     ax.legend()
@@ -191,8 +210,11 @@ def plot(path: str, grid: Ints, values: Dict[Run, np.ndarray],
     plt.close(fig)
 
 
-def read_curves(run_dir: str, csv_name: str) -> Dict[str, list]:
-    """A run's evaluation columns from ``run_dir/csv_name``.
+def read_curves(run_dir: str, csv_name: str, prog: str = "alf"
+                ) -> Dict[str, list]:
+    """A run's evaluation columns from ``run_dir/csv_name``; rows that
+    cannot be read (a crash cut one short) are left out and named in one
+    line on stderr, ``<prog>: warning: skipped ...``.
 
     Raises:
         AlfError: if the run wrote no such file (a held-out comparison of
@@ -204,4 +226,12 @@ def read_curves(run_dir: str, csv_name: str) -> Dict[str, list]:
         hint = (" (the run had no TrainerConfig.held_out_env_load_fn)"
                 if csv_name == HELD_OUT_CSV else "")
         raise AlfError(f"{path} does not exist{hint}")
-    return read_eval_csv(path)
+    skipped: List[str] = []
+    curves = read_eval_csv(path, skipped)
+    if skipped:
+        n, shown = len(skipped), ", ".join(skipped[:_SHOWN])
+        more = f" and {n - _SHOWN} more" if n > _SHOWN else ""
+        print(f"{prog}: warning: skipped {n} incomplete or non-numeric "
+              f"row{'s' if n > 1 else ''} of {path} ({shown}{more})",
+              file=sys.stderr, flush=True)
+    return curves

@@ -38,6 +38,7 @@ from absl import app, flags
 from alf.bin.curves import CALIBRATION_CSV, EVAL_CSV, HELD_OUT_CSV, read_curves
 from alf.utils.errors import AlfError, one_line
 
+PROG = "alf.bin.report"
 ROLLOUT_PREFIX = "rollout/"
 # Rollout summaries are means over the episodes that ended since the last
 # summary; this one counts them, so that a window's mean weighs each episode
@@ -68,7 +69,8 @@ def define_flags() -> None:
                          "half the median spacing of the evaluations).")
     flags.DEFINE_integer("last", 3, "Summarise each row over its last N "
                          "evaluations.")
-    flags.DEFINE_string("plot", None, "Also draw the rows into this PNG.")
+    flags.DEFINE_string("plot", None, "Also draw the rows into this file "
+                        "(.png, .pdf, .svg, ...).")
     flags.DEFINE_multi_string("baseline", None, "A fixed policy's folder "
                               "(eval.csv, eval_held_out.csv) to show as "
                               "constant rows; repeatable.")
@@ -190,7 +192,7 @@ def baseline_rows(base_dir: str, metrics: Sequence[str], width: int
         if csv_name == HELD_OUT_CSV and not os.path.isfile(
                 os.path.join(base_dir, csv_name)):
             continue
-        curves = read_curves(base_dir, csv_name)
+        curves = read_curves(base_dir, csv_name, PROG)
         for m in metrics:
             if not curves.get(m):
                 raise AlfError(f"--baseline={base_dir}: {csv_name} has no "
@@ -261,7 +263,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
     """
     if not os.path.isdir(run_dir):
         raise AlfError(f"--root_dir={run_dir}: no such folder")
-    train = read_curves(run_dir, EVAL_CSV)
+    train = read_curves(run_dir, EVAL_CSV, PROG)
     steps = [int(s) for s in train["env_steps"]]
     if not steps:
         raise AlfError(f"{run_dir}/{EVAL_CSV} has no evaluation yet")
@@ -271,7 +273,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
         if m not in valid:
             raise AlfError(f"--metrics: {m!r} is not a column of "
                            f"{run_dir}/{EVAL_CSV}; valid: {valid}")
-    held = (read_curves(run_dir, HELD_OUT_CSV)
+    held = (read_curves(run_dir, HELD_OUT_CSV, PROG)
             if os.path.isfile(os.path.join(run_dir, HELD_OUT_CSV)) else None)
     summaries = read_rollouts(run_dir) if rollouts else {}
     episodes = dict(summaries.get(EPISODES_TAG[len(ROLLOUT_PREFIX):], []))
@@ -312,18 +314,45 @@ def _cell(v: float) -> str:
     return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
 
 
+def step_labels(steps: Sequence[int]) -> List[str]:
+    """The steps as ``82k``; as ``1.5k`` (or, failing that, in full) when
+    two would otherwise read the same."""
+    for fmt in ("{:.0f}k", "{:.1f}k", None):
+        labels = [str(s) if s < 1000 or fmt is None else fmt.format(s / 1000)
+                  for s in steps]
+        if len(set(labels)) == len(labels):
+            break
+    return labels
+
+
 def format_markdown(steps: Sequence[int], rows: Sequence[Row],
                     last: int = 3) -> str:
-    """The rows as a Markdown table, steps as ``82k``, with a last column
-    holding each row's mean over its last ``last`` evaluations."""
-    head = ["env steps"] + [f"{round(s / 1000)}k" if s >= 1000 else str(s)
-                            for s in steps] + [f"last {last}"]
+    """The rows as a Markdown table, steps labelled by `step_labels`, with
+    a last column holding each row's mean over its last ``last``
+    evaluations."""
+    head = ["env steps"] + step_labels(steps) + [f"last {last}"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for split, metric, values, _ in rows:
         cells = [f"{split}: {metric}"] + [_cell(v) for v in values]
         cells.append(_cell(last_mean(values, last)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def check_plot_path(path: str) -> None:
+    """Refuses a ``--plot`` file that matplotlib cannot write, before the
+    report is computed.
+
+    Raises:
+        AlfError: naming the extensions it can write.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    known = sorted(FigureCanvasAgg.get_supported_filetypes())
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext not in known:
+        raise AlfError(f"--plot={path}: matplotlib cannot write "
+                       f"{'.' + ext if ext else 'a file without extension'};"
+                       f" use one of {', '.join('.' + k for k in known)}")
 
 
 def plot_rows(path: str, steps: Sequence[int], rows: Sequence[Row],
@@ -359,6 +388,11 @@ def main(argv: List[str]) -> int:
     try:
         if FLAGS.last < 1:
             raise AlfError(f"--last={FLAGS.last}; it must be at least 1")
+        if FLAGS.window is not None and FLAGS.window < 0:
+            raise AlfError(f"--window={FLAGS.window}; it must be 0 or more "
+                           "env steps")
+        if FLAGS.plot:
+            check_plot_path(FLAGS.plot)
         run_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
         steps, rows = report_rows(run_dir, FLAGS.metrics, FLAGS.rollouts,
                                   FLAGS.window, [
@@ -370,7 +404,7 @@ def main(argv: List[str]) -> int:
             plot_rows(FLAGS.plot, steps, rows, os.path.basename(run_dir))
             print(f"wrote {FLAGS.plot}")
     except (AlfError, OSError) as e:
-        print(f"alf.bin.report: error: {one_line(e)}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return 1
     return 0
 

@@ -63,6 +63,10 @@ def check_root_dir(root_dir: str) -> str:
         AlfError: naming the folder and the reason.
     """
     root_dir = os.path.abspath(os.path.expanduser(root_dir))
+    if os.path.exists(root_dir) and not os.path.isdir(root_dir):
+        # makedirs would only say "File exists".
+        raise AlfError(f"--root_dir {root_dir} is a file, not a folder; "
+                       "choose a folder you can write to")
     probe = os.path.join(root_dir, f".write-test-{os.getpid()}")
     try:
         os.makedirs(root_dir, exist_ok=True)
@@ -176,6 +180,7 @@ def main(argv: List[str]) -> int:
     # Until training listens for it, "checkpoint now" must not kill the run.
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)
     from alf.trainers import Trainer, TrainingInterrupted, parse_config
+    from alf.trainers.run_lock import RunLock
     try:
         if not FLAGS.root_dir:
             raise AlfError("--root_dir is required, e.g. --root_dir "
@@ -195,14 +200,17 @@ def main(argv: List[str]) -> int:
             if FLAGS.max_restarts:
                 raise AlfError("--max_restarts is the built-in launcher's; "
                                "under torchrun use torchrun --max-restarts")
-            process.exit_now(
-                _train_under_torchrun(check_root_dir(FLAGS.root_dir)))
+            root_dir = check_root_dir(FLAGS.root_dir)
+            if os.environ["RANK"] == "0":  # the chief's, as in the Trainer
+                RunLock.check_free(root_dir)
+            process.exit_now(_train_under_torchrun(root_dir))
         num_processes, backend = _processes_and_backend()
         from alf.trainers import TrainerConfig
         config = TrainerConfig()
         config.resolve_device(backend if num_processes > 1 else "none")
         config.per_rank(num_processes)  # sizes must divide
         root_dir = check_root_dir(FLAGS.root_dir)
+        RunLock.check_free(root_dir)
         if num_processes > 1 or FLAGS.max_restarts:
             from alf.bin.launch import launch
             return launch(train_parsed, (root_dir, ), num_processes,

@@ -1,6 +1,7 @@
 """Evaluation episodes and the ``eval.csv`` log."""
 import concurrent.futures
 import csv
+import math
 import os
 import time
 from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
@@ -595,14 +596,52 @@ def _write_rows(path: str, rows: list) -> None:
     os.replace(path + ".tmp", path)
 
 
-def read_eval_csv(path: str) -> Dict[str, list]:
+def read_eval_csv(path: str, skipped: Optional[List[str]] = None
+                  ) -> Dict[str, list]:
     """Reads an ``eval.csv``: column name -> list of floats, by env steps.
 
     Rows repeated for the same env step count (a run resumed from an older
-    checkpoint re-evaluates) keep the last one.
+    checkpoint re-evaluates) keep the last one. A row that cannot be read
+    (cut short by a crash: fields missing; or a value that is not a number)
+    is left out, as the trainer sets it aside on resuming
+    (`set_aside_later_rows`).
+
+    Args:
+        path: the file.
+        skipped: if given, each row left out is appended to it as
+            ``"env_steps 6144"``, or ``"line 7"`` where its env steps cannot
+            be read either, for the caller to say what it did not use.
     """
+    rows: Dict[int, Dict[str, Optional[float]]] = {}
     with open(path, newline="") as f:
-        rows = {int(float(r["env_steps"])): r for r in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        for r in reader:
+            step = _number(r.get("env_steps"))
+            if step is not None and not math.isfinite(step):
+                step = None
+            # DictReader gives a missing field the value None and extra
+            # fields the key None.
+            values = {c: _number(v) for c, v in r.items() if c is not None}
+            if (step is not None and None not in r
+                    and None not in values.values()):
+                rows[int(step)] = values
+            elif skipped is not None:
+                skipped.append(f"line {reader.line_num}" if step is None
+                               else f"env_steps {int(step)}")
     steps = sorted(rows)
     cols = rows[steps[0]].keys() if steps else EVAL_CSV_COLUMNS
-    return {c: [float(rows[s][c]) for s in steps] for c in cols}
+    return {c: [rows[s][c] for s in steps] for c in cols}
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    """``text`` as a float; None if it is missing (a row cut short) or not
+    a number. An empty field is NaN: `append_eval_csv` writes a metric
+    that a row lacks (a resumed run's config reports fewer) as empty."""
+    if text is None:
+        return None
+    if not text.strip():
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return None

@@ -77,6 +77,18 @@ class RunLock:
         os.pwrite(fd, who.encode(), 0)
         return lock
 
+    @classmethod
+    def check_free(cls, root_dir: str) -> None:
+        """Fails now, as `acquire` would, if another training holds
+        ``root_dir``: a launcher checks before it starts ranks, whose
+        chief then takes the lock (a rank that fails while its peers
+        connect makes them print errors of their own).
+
+        Raises:
+            RootDirInUse: as `acquire`.
+        """
+        cls.acquire(root_dir).release()
+
     def release(self) -> None:
         """Removes the file and lets another training use the root dir
         (idempotent)."""

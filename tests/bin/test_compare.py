@@ -123,23 +123,50 @@ def test_train_commands_two_settings():
 def test_claim_folder_records_and_checks_settings(tmp_path):
     root = str(tmp_path)
     side = compare.Side("a", 1, ("X.y=1",))
-    compare.claim_folder(root, side)
+    compare.claim_folder(root, side, ["/g/ppo.gin"], ["X.n=1"])
     with open(tmp_path / "a" / "side.json") as f:
-        assert f.read() == '{"processes": 1, "params": ["X.y=1"]}\n'
-    compare.claim_folder(root, side)  # the same settings: reused
-    for other in (compare.Side("a", 1, ("X.y=2",)), compare.Side("a", 2,
-                                                                 ("X.y=1",))):
-        with pytest.raises(AlfError, match=f"^{tmp_path / 'a'} holds runs "
-                           "of other settings .*another side name$"):
-            compare.claim_folder(root, other)
+        assert f.read() == ('{"processes": 1, "params": ["X.y=1"], '
+                            '"gin_files": ["/g/ppo.gin"], "gin_params": '
+                            '["X.n=1"]}\n')
+    # The same settings: reused.
+    compare.claim_folder(root, side, ["/g/ppo.gin"], ["X.n=1"])
+    for other, gin_files, gin_params, differs in (
+            (compare.Side("a", 1, ("X.y=2",)), ["/g/ppo.gin"], ["X.n=1"],
+             "the side's bindings: ['X.y=1'] then, ['X.y=2'] now"),
+            (compare.Side("a", 2, ("X.y=1",)), ["/g/ppo.gin"], ["X.n=1"],
+             "processes per run: 1 then, 2 now"),
+            (side, ["/g/dqn.gin"], ["X.n=1"],
+             "--gin_file: ['/g/ppo.gin'] then, ['/g/dqn.gin'] now"),
+            (side, ["/g/ppo.gin"], ["X.n=1", "X.lr=0.5"],
+             "--gin_param: ['X.n=1'] then, ['X.n=1', 'X.lr=0.5'] now")):
+        with pytest.raises(AlfError) as e:
+            compare.claim_folder(root, other, gin_files, gin_params)
+        assert str(e.value) == (
+            f"{tmp_path / 'a'} holds runs of other settings ({differs}); use "
+            "a new --root_dir, or the settings those runs were trained with")
     # Runs from before the record: adopted.
     os.makedirs(tmp_path / "single" / "seed0")
     compare.claim_folder(root, compare.Side("single"))
     assert os.path.exists(tmp_path / "single" / "side.json")
     with open(tmp_path / "a" / "side.json", "w") as f:
         f.write("{not json")
-    with pytest.raises(AlfError, match="other settings"):
+    with pytest.raises(AlfError, match=r"side.json cannot be read \({not "
+                       r"json\), so the settings of the runs in .* are "
+                       "unknown; use a new --root_dir$"):
         compare.claim_folder(root, side)
+
+
+def test_claim_folder_checks_an_older_record_on_what_it_has(tmp_path):
+    """A record from before the gin files and params were recorded: the
+    side's settings are checked, the rest cannot be, and it is kept."""
+    (tmp_path / "a").mkdir()
+    old = '{"processes": 1, "params": ["X.y=1"]}\n'
+    (tmp_path / "a" / "side.json").write_text(old)
+    side = compare.Side("a", 1, ("X.y=1",))
+    compare.claim_folder(str(tmp_path), side, ["/g/dqn.gin"], ["X.lr=0.5"])
+    assert (tmp_path / "a" / "side.json").read_text() == old
+    with pytest.raises(AlfError, match="the side's bindings: "):
+        compare.claim_folder(str(tmp_path), compare.Side("a", 1, ("X.y=2",)))
 
 
 def test_finished_runs_are_reused_without_starting(tmp_path, capsys):
@@ -173,10 +200,10 @@ SHORT = ["TrainerConfig.num_env_steps=1024", "TrainerConfig.eval_interval=1",
          "TrainerConfig.num_eval_episodes=2"]  # 4 iterations of 8 x 32 steps
 
 
-def _run_tool(root, params=SHORT, extra=("--num_processes", "2")):
-    cmd = [sys.executable, "-m", "alf.bin.compare", "--gin_file",
-           "ppo_cart_pole.gin", "--seeds", "1", "--root_dir", str(root),
-           *extra]
+def _run_tool(root, params=SHORT, extra=("--num_processes", "2"),
+              gin_file="ppo_cart_pole.gin"):
+    cmd = [sys.executable, "-m", "alf.bin.compare", "--gin_file", gin_file,
+           "--seeds", "1", "--root_dir", str(root), *extra]
     for p in params:
         cmd += ["--gin_param", p]
     env = {k: v for k, v in os.environ.items()
@@ -323,6 +350,8 @@ def test_sizes_that_do_not_divide_are_refused_before_any_run(tmp_path, extra,
     (["--metric", "route_completion"], "--metric route_completion needs "
      "--tol_abs in its own units (e.g. 0.05 for a rate); the default 25 is "
      "for average_return"),
+    (["--tol_abs=-1"], "--tol_abs=-1; it must be 0 or more\n"),
+    (["--tol_rel=-0.1"], "--tol_rel=-0.1; it must be 0 or more\n"),
 ])
 def test_bad_sides_are_one_line_errors(tmp_path, args, message):
     res = _run_tool(tmp_path / "r", extra=args)
@@ -330,3 +359,81 @@ def test_bad_sides_are_one_line_errors(tmp_path, args, message):
     assert res.stderr.count("\n") == 1 and res.stderr.startswith(
         "alf.bin.compare: error: " + message), res.stderr
     assert not os.path.exists(tmp_path / "r")  # refused before any run
+
+
+# ---- reuse, checked: finished runs made by hand (nothing trains) ------------
+def _finished_runs(root, seeds=2, last_row="1024,20.0,20.0\n"):
+    """single/seed{s} and ddp2/seed{s}, each finished at 1024 env steps
+    (SHORT's length) with an eval.csv ending in ``last_row``."""
+    for side in ("single", "ddp2"):
+        for seed in range(seeds):
+            run = root / side / f"seed{seed}"
+            (run / "ckpt").mkdir(parents=True)
+            (run / "ckpt" / "ckpt-1024.pt").write_bytes(b"")
+            (run / "eval.csv").write_text(
+                "env_steps,average_return,average_episode_length\n"
+                f"256,10.0,10.0\n512,{12 + seed}.0,12.0\n768,15.0,15.0\n"
+                + last_row)
+
+
+@pytest.mark.timeout(300)
+def test_reuse_only_runs_of_the_same_experiment(tmp_path):
+    _finished_runs(tmp_path)
+    first = _run_tool(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count(": reused") == 2, first.stdout
+    # What needs no training, or only more seeds: reused.
+    for extra in (("--seeds", "2"), ("--metric", "average_episode_length",
+                                     "--tol_abs", "5", "--tol_rel", "0")):
+        res = _run_tool(tmp_path, extra=("--num_processes", "2", *extra))
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "trained" not in res.stdout, res.stdout
+    assert res.stderr == ""
+    # Another experiment in the same folders: refused, naming what differs.
+    examples = os.path.join(REPO, "alf", "examples")
+    for kwargs, differs in (
+            ({"gin_file": "dqn_cart_pole.gin"},
+             f"--gin_file: ['{examples}/ppo_cart_pole.gin'] then, "
+             f"['{examples}/dqn_cart_pole.gin'] now"),
+            ({"params": SHORT + ["PPOAlgorithm.learning_rate=0.5"]},
+             f"--gin_param: {SHORT} then, "
+             f"{SHORT + ['PPOAlgorithm.learning_rate=0.5']} now"),
+            ({"params": ["TrainerConfig.num_env_steps=2048", *SHORT[1:]]},
+             f"--gin_param: {SHORT} then, "
+             f"{['TrainerConfig.num_env_steps=2048', *SHORT[1:]]} now")):
+        res = _run_tool(tmp_path, **kwargs)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert res.stderr == (
+            f"alf.bin.compare: error: {tmp_path / 'single'} holds runs of "
+            f"other settings ({differs}); use a new --root_dir, or the "
+            "settings those runs were trained with\n")
+        assert "reused" not in res.stdout
+
+
+@pytest.mark.timeout(120)
+def test_rows_a_crash_cut_short_are_skipped_and_named(tmp_path):
+    _finished_runs(tmp_path, seeds=1, last_row="1024,20.0,20.0\n1280,12")
+    res = _run_tool(tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stderr.splitlines()
+    assert lines == [
+        f"alf.bin.compare: warning: skipped 1 incomplete or non-numeric row "
+        f"of {tmp_path / side / 'seed0' / 'eval.csv'} (env_steps 1280)"
+        for side in ("single", "ddp2")], res.stderr
+    assert "4 evaluation steps, 256 to 1024 env steps" in res.stdout
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where, message", [
+    ("afile", "is a file, not a folder"),
+    ("afile/runs", "is not writable (Not a directory)"),
+])
+def test_root_dir_that_cannot_be_a_folder_is_one_line(tmp_path, where,
+                                                      message):
+    (tmp_path / "afile").write_text("mine")
+    res = _run_tool(tmp_path / where)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr == (f"alf.bin.compare: error: --root_dir "
+                          f"{tmp_path / where} {message}; choose a folder "
+                          "you can write to\n")
+    assert (tmp_path / "afile").read_text() == "mine"

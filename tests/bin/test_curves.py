@@ -146,15 +146,27 @@ def test_ttest_decides_when_available():
     agree, lines = cur.verdict(three, 0.1, 25,
                                    pvalue=lambda a, b: (0.5, ""))
     assert agree and "decided by the Welch's t-test criterion" in lines[-1]
-    assert any("EXCEEDED" in x for x in lines)  # the tolerance is shown too
+    # The tolerance is shown too, after the test and marked unused, so that
+    # an exceeded tolerance does not read as the verdict.
+    assert lines[-4] == (
+        "final return: mean single 100.00, mean ddp2 200.00, difference "
+        "+100.00 (Welch p = 0.500: not significant); tolerance 25.00: "
+        "exceeded (not used: Welch decides)")
+    assert not any("EXCEEDED" in x for x in lines)
     agree, lines = cur.verdict(_stats([(100, 80)] * 2, [(101, 80)] * 2),
                                    0.1, 25, pvalue=lambda a, b: (0.01, ""))
     assert not agree and "t-test" in lines[-1]
+    assert "(Welch p = 0.010: SIGNIFICANT); tolerance 25.00: within (not " \
+        "used: Welch decides)" in lines[-4]
     # If the test cannot be computed for one figure, the tolerance decides.
     agree, lines = cur.verdict(
         three, 0.1, 25,
         pvalue=lambda a, b: (0.5, "") if a[0] == 100 else (None, "nope"))
     assert not agree and "tolerance" in lines[-1]
+    # The tolerance leads; the one p-value there is marked unused.
+    assert lines[-4].endswith("difference +100.00 (tolerance 25.00: "
+                              "EXCEEDED); Welch p = 0.500 (not used: the "
+                              "tolerance decides)"), lines[-4]
 
 
 def test_welch_pvalue_needs_two_seeds_per_side():
@@ -231,7 +243,12 @@ def test_analysis_uses_side_names(tmp_path, monkeypatch):
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
     cur.plot(str(tmp_path / "curves.png"), grid, values, "t")
-    assert labels == ["async: mean, min-max of 1", "sync: mean, min-max of 1"]
+    # One seed: its curve, no band of one.
+    assert labels == ["async: 1 seed", "sync: 1 seed"]
+    labels.clear()
+    cur.plot(str(tmp_path / "curves.png"), grid, {
+        **values, ("sync", 1): values[("sync", 0)] + 1}, "t")
+    assert labels == ["async: 1 seed", "sync: mean, min-max of 2 seeds"]
     stats = {"minibatch_128": {0: {"final": 1.0, "auc": 1.0}},
              "b": {0: {"final": 1.0, "auc": 1.0}}}
     _, lines = cur.verdict(stats, 0.1, 25, pvalue=_no_ttest)
@@ -239,3 +256,25 @@ def test_analysis_uses_side_names(tmp_path, monkeypatch):
     assert len(lines[0]) == len(lines[1])  # the column fits the long name
     assert lines[-1].startswith("verdict: minibatch_128 and b AGREE")
 
+
+
+def test_read_curves_names_the_rows_it_skips(tmp_path, capsys):
+    """A row cut short by a crash or not numeric is left out, and said so
+    in one line on stderr."""
+    (tmp_path / "eval.csv").write_text(
+        "env_steps,average_return\n512,1.0\n1024,abc\n1536,2.0\n2048")
+    curves = cur.read_curves(str(tmp_path), "eval.csv", "prog")
+    assert curves == {"env_steps": [512.0, 1536.0],
+                      "average_return": [1.0, 2.0]}
+    assert capsys.readouterr().err == (
+        f"prog: warning: skipped 2 incomplete or non-numeric rows of "
+        f"{tmp_path / 'eval.csv'} (env_steps 1024, env_steps 2048)\n")
+    (tmp_path / "eval.csv").write_text("env_steps,average_return\n" + "".join(
+        f"{s},x\n" for s in range(7)))
+    cur.read_curves(str(tmp_path), "eval.csv", "prog")
+    assert capsys.readouterr().err.endswith(
+        "(env_steps 0, env_steps 1, env_steps 2, env_steps 3, env_steps 4 "
+        "and 2 more)\n")
+    (tmp_path / "eval.csv").write_text("env_steps,average_return\n1,2\n")
+    cur.read_curves(str(tmp_path), "eval.csv", "prog")
+    assert capsys.readouterr().err == ""  # nothing skipped, nothing said

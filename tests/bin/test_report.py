@@ -154,6 +154,16 @@ def test_markdown_table_and_last_mean():
     assert row == "| training: m | 0.10 |  | 12.3 | 6.22 |"
 
 
+def test_step_labels_stay_distinct():
+    assert report.step_labels([512, 1000, 82000]) == ["512", "1k", "82k"]
+    # 1536 and 2048 both round to 2k: one decimal for the whole row.
+    assert report.step_labels([512, 1024, 1536, 2048]) == [
+        "512", "1.0k", "1.5k", "2.0k"]
+    assert report.step_labels([100000, 100020]) == ["100000", "100020"]
+    text = report.format_markdown([1536, 2048], [])
+    assert text.split("\n")[0] == "| env steps | 1.5k | 2.0k | last 3 |"
+
+
 def test_baselines_are_constant_rows_after_the_runs_own(tmp_path):
     base = tmp_path / "random"
     base.mkdir()
@@ -214,9 +224,26 @@ def test_cli_prints_the_table_and_writes_the_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_skips_rows_a_crash_cut_short_and_says_so(tmp_path):
+    run = _run(tmp_path)
+    with open(os.path.join(run, "eval.csv"), "a") as f:
+        f.write("6144,abc,def\n7168,12")  # not numeric; cut short
+    out = _cli("--root_dir", run, "--metrics", "route_completion")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "| env steps | 1k | 3k | 5k | last 3 |"
+    assert out.stderr == (
+        "alf.bin.report: warning: skipped 2 incomplete or non-numeric rows "
+        f"of {run}/eval.csv (env_steps 6144, env_steps 7168)\n")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--root_dir", "absent"], "--root_dir="),
     (["--last", "0"], "--last=0; it must be at least 1"),
+    (["--window=-5"], "--window=-5; it must be 0 or more env steps"),
+    (["--plot", "x.txt"], "--plot=x.txt: matplotlib cannot write .txt; use "
+     "one of "),
+    (["--plot", "curves"], "--plot=curves: matplotlib cannot write a file "
+     "without extension; use one of "),
 ])
 def test_cli_error_is_one_line_and_exit_code_1(tmp_path, args, message):
     args = [str(tmp_path / a) if a == "absent" else a for a in args]
@@ -226,6 +253,9 @@ def test_cli_error_is_one_line_and_exit_code_1(tmp_path, args, message):
     assert out.returncode == 1
     assert out.stderr.strip().count("\n") == 0
     assert out.stderr.startswith("alf.bin.report: error: " + message)
+    assert out.stdout == ""  # refused before the table
+    if "--plot" in args:
+        assert ".pdf, " in out.stderr and ".png, " in out.stderr
 
 
 def test_rollouts_of_a_run_that_sampled_a_fraction_of_steps_say_so(
