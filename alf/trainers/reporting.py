@@ -16,6 +16,7 @@ from alf.trainers.calibration import CALIBRATION_CSV
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (EVAL_CSV, HELD_OUT_CSV, append_eval_csv,
+                                    read_eval_csv,
                                     set_aside_later_rows)
 
 if TYPE_CHECKING:
@@ -101,6 +102,12 @@ class Reporter:
                     "beyond the checkpoint resumed from (or from a run "
                     "without checkpoint); moved them to %s", name,
                     env_steps, aside)
+
+    def evaluated(self, env_steps: int) -> bool:
+        """Whether ``eval.csv`` holds an evaluation at ``env_steps``."""
+        path = os.path.join(self._root_dir, EVAL_CSV)
+        return (os.path.exists(path) and
+                env_steps in read_eval_csv(path)["env_steps"])
 
     def _writer(self, name: str) -> "SummaryWriter":
         if name not in self._writers:

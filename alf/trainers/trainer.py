@@ -253,6 +253,13 @@ class Trainer:
                 and self._reporter is not None)
         cfg = self.config
         last_eval: Dict[str, float] = {}
+        if self._owes_evaluation():
+            # Stopped while it evaluated (or before its asynchronous
+            # evaluation came back): the checkpoint holds the weights that
+            # were due, so the curve gets its point instead of a gap.
+            logging.info("evaluating at %d env steps, which the stopped run "
+                         "did not record", self.env_steps)
+            last_eval = self._evaluate(True, False)
         try:
             while self.env_steps < cfg.num_env_steps:
                 iteration_start = time.perf_counter()
@@ -321,6 +328,15 @@ class Trainer:
                 f"steps; checkpoint {path} saved; run the same command to "
                 "resume", sig) from None
         return last_eval
+
+    def _owes_evaluation(self) -> bool:
+        """Whether this rank is the chief of a resumed run whose checkpoint
+        was due an evaluation that ``eval.csv`` lacks."""
+        interval = self.config.eval_interval
+        return (self.is_chief and self.env_steps_at_start > 0 and
+                bool(interval) and self.iteration % interval == 0 and
+                self._reporter is not None and
+                not self._reporter.evaluated(self.env_steps))
 
     def _evaluate(self, due: bool, final: bool) -> Dict[str, float]:
         """Rank 0 evaluates (never calling a collective) when one is

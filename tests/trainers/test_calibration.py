@@ -2,6 +2,7 @@
 (``TrainerConfig.calibrate_offsets``): the candidates, the choice, and a
 run whose evaluation curve is its calibrated policy's (synchronous and
 asynchronous evaluation, checkpoints, best.pt and alf.bin.play)."""
+import csv
 import os
 
 import gymnasium as gym
@@ -217,3 +218,14 @@ def test_a_stop_mid_evaluation_drops_it_and_checkpoints(tmp_path, monkeypatch,
     assert state["counters"]["env_steps"] == (128 if len(kept) == 1 else 256)
     assert state["algorithm"][f"{CALIBRATED}.value"].tolist() == [
         evals["offset_0"][-1]]
+    # Resumed, the run first evaluates the step whose evaluation the stop
+    # dropped (its checkpoint holds the weights that were due): no gap.
+    monkeypatch.undo()
+    Trainer(root, config=_pendulum(eval_interval=1)).train()
+    for name in ("eval.csv", CALIBRATION_CSV):
+        with open(os.path.join(root, name)) as f:
+            steps = [int(float(r["env_steps"])) for r in csv.DictReader(f)]
+        assert sorted(set(steps)) == [64, 128, 192, 256], (name, steps)
+        # Each evaluation once (a calibration's rows: one per candidate).
+        assert steps == sorted(steps), (name, steps)
+        assert len(steps) == 4 * (steps.count(64)), (name, steps)
