@@ -55,6 +55,9 @@ def find_gin_file(name: str) -> str:
     for path in candidates:
         if os.path.isfile(path):
             return os.path.abspath(path)
+    if os.path.isdir(name):
+        raise ConfigError(f"gin file {name!r} is a folder; give a .gin file "
+                          f"(e.g. one of {', '.join(_gin_names(name))})")
     where = ", ".join(dict.fromkeys(os.path.abspath(c) for c in candidates))
     raise ConfigError(f"gin file {name!r} not found; looked in: {where}")
 
@@ -232,3 +235,9 @@ def _tokenizes(text: str) -> bool:
         return True
     except tokenize.TokenError:
         return False
+
+
+def _gin_names(folder: str) -> list:
+    """Up to three ``.gin`` files of ``folder``, for an example."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".gin"))
+    return [os.path.join(folder, n) for n in names[:3]] or ["ppo_cart_pole.gin"]

@@ -112,6 +112,15 @@ def test_missing_gin_file_lists_where_it_looked(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_folder_as_gin_file_says_so(tmp_path):
+    root = tmp_path / "run"
+    res = run_cli(root, gin_file=examples_dir())
+    line = assert_one_line_error(res, "is a folder; give a .gin file")
+    assert os.path.join(examples_dir(), "custom_algorithm.gin") in line
+    assert_nothing_written(root)
+
+
+@pytest.mark.timeout(120)
 def test_unknown_gin_binding(tmp_path):
     root = tmp_path / "run"
     res = run_cli(root, TrainerConfig__num_envz="3")
