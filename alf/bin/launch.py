@@ -82,7 +82,9 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     except KeyboardInterrupt:  # Ctrl-C before training started: no state
         code = EXIT_INTERRUPTED
     except AlfError as e:
-        report.send((time.time(), rank, "error", one_line(e)))
+        # A process that died (retryable) is a failure, not the input's.
+        report.send((time.time(), rank,
+                     "failure" if e.retryable else "error", one_line(e)))
         code = EXIT_ERROR
     except SystemExit as e:  # a signal before training, or the launcher's
         code = e.code if isinstance(e.code, int) else EXIT_ERROR
@@ -189,14 +191,14 @@ class _Round:
         None when no rank failed."""
         reported = {m[1] for m in self.messages}
         primary = [(t, r, k, text) for t, r, k, text in self.messages
-                   if k in ("error", "crash")]
+                   if k in ("error", "failure", "crash")]
         for rank, (t, code) in self.deaths.items():
             if rank not in reported:  # died without a word: killed, exit()
                 primary.append((t, rank, "death", code))
         if primary:
             _, rank, kind, text = min(primary)
-            if kind == "error":
-                return f"error: {text}", False
+            if kind in ("error", "failure"):
+                return f"error: {text}", kind == "failure"
             if kind == "crash":
                 return f"rank {rank} failed:\n{text.rstrip()}", True
             return f"rank {rank} {process.describe_exit(text)}", True

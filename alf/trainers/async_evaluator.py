@@ -18,7 +18,9 @@ comes back later and is recorded under that env step.
   it as ``best.pt`` if the result is the best so far.
 * The last evaluation is waited for (`wait`), so ``eval.csv`` ends at the
   run's last env step as with synchronous evaluation. On Ctrl-C or a crash
-  the evaluation in flight is dropped; the resumed run evaluates again.
+  the evaluation in flight is dropped (logged, the evaluator killed rather
+  than waited for); the resumed run evaluates its checkpoint's step again
+  if that one was due, but not an earlier step whose weights are gone.
 * The evaluator never touches the process group (rank 0 owns it); it
   ignores the run's signals and dies with its parent, like the actors.
 
@@ -40,7 +42,7 @@ import torch
 from absl import logging
 
 from alf.trainers.actor import (adopt_config, decode, encode,
-                                raise_reported, report_error)
+                                raise_reported, report_error, skip_shutdown)
 from alf.trainers.calibration import Calibration
 from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
@@ -54,7 +56,9 @@ FROM_GIN = "from gin"
 
 
 class EvaluationError(AlfError):
-    """The evaluator process failed or died."""
+    """The evaluator process failed or died (a restart from the last
+    checkpoint may get past it)."""
+    retryable = True
 
 
 class EvalResult(NamedTuple):
@@ -118,7 +122,7 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
         while True:
             message = decode(conn.recv_bytes())
             if message[0] == "stop":
-                return
+                break
             _, env_steps, state = message
             algorithm.load_acting_state(state)
             calibration = (None if calibrator is None
@@ -128,12 +132,13 @@ def evaluator_main(conn, gin_config: str, config, env_spec,
                 "result", env_steps, results[0],
                 results[1] if len(results) > 1 else None, calibration)))
     except (EOFError, OSError):
-        return  # the learner is gone
+        pass  # the learner is gone
     except BaseException as e:  # noqa: BLE001 - reported to the learner
         report_error(conn, e)
     finally:
         for ev in evaluators + ([] if calibrator is None else [calibrator]):
             ev.close()
+    skip_shutdown()
 
 
 def _picklable(fn: Optional[Any]) -> Optional[Any]:
@@ -262,12 +267,20 @@ class AsyncEvaluator:
         return done
 
     def close(self) -> None:
-        """Stops the evaluator (killing it if it does not stop in time)."""
+        """Stops the evaluator (killing it if it does not stop in time, or
+        at once if it is playing an evaluation that is dropped)."""
+        dropped = [r[0] for r in (self._running, self._waiting) if r]
+        if dropped:
+            logging.warning(
+                "evaluation at %s env steps dropped, not recorded: training "
+                "stopped before it finished", " and ".join(map(str, dropped)))
         try:
             self._conn.send_bytes(encode(("stop", )))
         except OSError:
             pass  # already gone
-        self._proc.join(timeout=10)
+        # A busy evaluator reads "stop" only after its evaluation (minutes
+        # on MetaDrive); its environments' workers die with it.
+        self._proc.join(timeout=0.0 if self._running else 10)
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join()

@@ -104,7 +104,11 @@ class ActorReport(NamedTuple):
 
 
 class CollectionError(AlfError):
-    """An actor process of asynchronous collection failed or died."""
+    """An actor process of asynchronous collection failed or died (an
+    environment's crash, the kernel's out-of-memory kill): a restart from
+    the last checkpoint may get past it, as past a dead environment worker
+    of lock-step collection."""
+    retryable = True
 
 
 class SyncCollector:
@@ -610,9 +614,12 @@ class AsyncCollector:
                     f"{', '.join(map(str, range(j, n, workers)))})")
         first = self._cols[index]
         last = first + self._envs_per_actor - 1
+        # Every rank has an actor 0: name the rank where there are several.
+        whose = (f"rank {distributed.get_rank()}"
+                 if distributed.get_world_size() > 1 else "this process")
         return f"actor {index} (" + (
             f"environment {first}" if first == last else
-            f"environments {first}-{last}") + " of this process)"
+            f"environments {first}-{last}") + f" of {whose})"
 
     def _receive(self) -> None:
         """The receiving thread: actors' messages into the queue (``None``

@@ -39,7 +39,8 @@ from typing import List, cast
 import torch
 
 from alf import nest
-from alf.trainers.actor import adopt_config, decode, encode, report_error
+from alf.trainers.actor import (adopt_config, decode, encode, report_error,
+                                skip_shutdown)
 
 
 class InferenceWorkerDied(Exception):
@@ -91,19 +92,23 @@ def inference_main(conn, actor_conns: List, gin_config: str, config,
     try:
         adopt_config(gin_config, env_spec)
         message = decode(conn.recv_bytes())
-        if message[0] != "start":
-            return  # stopped before it started
-        _, obs_space, action_space, torch_seed, version, state = message
-        torch.manual_seed(torch_seed)
-        algorithm = config.algorithm_ctor(observation_space=obs_space,
-                                          action_space=action_space,
-                                          config=config)
-        algorithm.load_acting_state(state)
-        conn.send_bytes(encode(("ready", )))
-        with torch.inference_mode():
-            _serve(conn, actor_conns, algorithm, version)
+        if message[0] == "start":  # else stopped before it started
+            _start_serving(conn, actor_conns, config, message[1:])
     except BaseException as e:  # noqa: BLE001 - reported to the learner
         report_error(conn, e)
+    skip_shutdown()
+
+
+def _start_serving(conn, actor_conns, config, start: tuple) -> None:
+    obs_space, action_space, torch_seed, version, state = start
+    torch.manual_seed(torch_seed)
+    algorithm = config.algorithm_ctor(observation_space=obs_space,
+                                      action_space=action_space,
+                                      config=config)
+    algorithm.load_acting_state(state)
+    conn.send_bytes(encode(("ready", )))
+    with torch.inference_mode():
+        _serve(conn, actor_conns, algorithm, version)
 
 
 def _serve(conn, actor_conns, algorithm, version: int) -> None:

@@ -10,7 +10,13 @@ class AlfError(Exception):
 
     The message must name the bad value and what would be valid; the CLI
     prints it without a traceback.
+
+    Attributes:
+        retryable: whether restarting from the last checkpoint may help
+            (``--max_restarts``): False for the user's input, True for a
+            subclass that reports a process that died or failed.
     """
+    retryable = False
 
 
 class ConfigError(AlfError):

@@ -191,6 +191,28 @@ def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
     _assert_nothing_left(run, tmp_path)
 
 
+@pytest.mark.timeout(240)
+def test_a_killed_actor_restarts_every_rank_as_a_killed_rank_does(tmp_path):
+    """Asynchronous collection: an actor the kernel killed (out of memory)
+    is a failure to restart from, as a dead environment worker of lock-step
+    collection is, and the error names its rank."""
+    steps = 5_120
+    run, root = _start(tmp_path, steps, extra=MP + ["--max_restarts", "1"],
+                       params=['TrainerConfig.unroll_mode="async"'])
+    _wait_for_checkpoint(root)
+    rank1 = rank_pids(run.proc.pid)[1]
+    actors = [c for c in children(rank1)
+              if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+    assert actors, run.out
+    os.kill(actors[0], signal.SIGKILL)
+    assert run.finish(timeout=180) == 0, run.out[-3000:]
+    assert "(environment 0 of rank 1) was killed by signal 9" in run.out, \
+        run.out[-3000:]
+    assert "restart 1 of 1" in run.out
+    _assert_finished(root, steps)
+    _assert_nothing_left(run, tmp_path)
+
+
 def _torchrun_cmd(root, steps, params=(), extra=()):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc_per_node", "2", *extra, "--monitor-interval", "0.2",

@@ -120,3 +120,50 @@ def test_a_killed_evaluator_is_named_with_its_signal(tmp_path):
         Trainer(str(tmp_path), config=_config(
             async_eval=True, held_out_env_load_fn=dying)).train()
     assert not mp.active_children()
+
+
+class _Slow(_Dying):
+    """Environments whose every step takes a second."""
+
+    def reset(self, seed=None):
+        return self._env.reset(seed=seed)
+
+    def step(self, action):
+        import time
+        time.sleep(1.0)
+        return self._env.step(action)
+
+
+def slow(env_name, **kw):
+    from alf.environments import batched
+    env = short_episodes(env_name, **kw)
+    batched.BatchedEnvironment.register(_Slow)
+    return _Slow(env)
+
+
+@pytest.mark.timeout(120)
+def test_closing_during_an_evaluation_drops_it_at_once_and_says_so(
+        caplog):
+    """A stop while the evaluator plays (minutes on MetaDrive) does not
+    wait for the evaluation: it is dropped, logged, the evaluator gone."""
+    import gymnasium as gym
+    import time
+
+    from alf.algorithms.ppo_algorithm import PPOAlgorithm
+    from alf.trainers.async_evaluator import AsyncEvaluator
+    cfg = _config(async_eval=True, held_out_env_load_fn=slow)
+    evaluator = AsyncEvaluator(cfg)
+    try:
+        evaluator.wait_ready()
+        env = gym.make("CartPole-v1")
+        alg = PPOAlgorithm(env.observation_space, env.action_space, cfg)
+        evaluator.submit(64, alg.acting_state())
+        assert evaluator.busy
+    finally:
+        start = time.perf_counter()
+        with caplog.at_level("WARNING"):
+            evaluator.close()
+        took = time.perf_counter() - start
+    assert took < 5, took  # not the 20 one-second steps, nor close's 10 s
+    assert "evaluation at 64 env steps dropped" in caplog.text
+    assert not mp.active_children()
