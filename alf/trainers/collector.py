@@ -304,6 +304,23 @@ class AsyncCollector:
             if message[0] == "ready":
                 return message[1:]
 
+    def check_algorithm(self, algorithm) -> None:
+        """Refuses an algorithm this collection cannot feed (the trainer
+        asks before anything is written).
+
+        Raises:
+            ConfigError: segments (``segment_length``) for an off-policy
+                algorithm.
+        """
+        from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
+        if self._seg is not None and not isinstance(algorithm,
+                                                    OnPolicyAlgorithm):
+            raise ConfigError(
+                f"TrainerConfig.segment_length={self._seg} is for "
+                f"on-policy algorithms; {type(algorithm).__name__} keeps "
+                "each environment's steps in one replay column: drop "
+                "segment_length")
+
     def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
               version: int, torch_seed: int,
               preemption: Optional[Preemption] = None) -> None:
@@ -314,14 +331,8 @@ class AsyncCollector:
         so."""
         self._alg, self._episodes, self._next = algorithm, episodes, version
         self._preemption = preemption
+        self.check_algorithm(algorithm)
         if self._seg is not None:
-            from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
-            if not isinstance(algorithm, OnPolicyAlgorithm):
-                raise ConfigError(
-                    f"TrainerConfig.segment_length={self._seg} is for "
-                    f"on-policy algorithms; {type(algorithm).__name__} "
-                    "keeps each environment's steps in one replay column: "
-                    "drop segment_length")
             with self._claimed.get_lock():
                 self._claimed.value = version * self._parts
         state = algorithm.acting_state()

@@ -169,6 +169,8 @@ class Trainer:
             observation_space=obs_space, action_space=action_space,
             config=cfg).to(self.device)
         check_algorithm(cfg, self.algorithm)
+        if isinstance(self._collector, AsyncCollector):
+            self._collector.check_algorithm(self.algorithm)
         self._episodes = EpisodeStats(cfg.local_num_envs, metrics)
         self._run_state = RunState(self.root_dir, self.algorithm,
                                    self._episodes, self.is_chief,

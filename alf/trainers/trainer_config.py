@@ -42,7 +42,10 @@ class TrainerConfig:
             BatchedEnvironment`` (`alf.environments.batched`; a new suite
             is such a function).
         num_envs: parallel training environments (global).
-        async_env: one subprocess per environment (for slow environments).
+        async_env: one subprocess per environment (for slow environments)
+            in lock-step collection and evaluation. With ``unroll_mode
+            "async"`` each actor steps its ``envs_per_actor`` environments
+            in its own process, whatever this says.
         unroll_mode: ``"sync"``: every iteration steps all environments in
             lock-step and nothing steps while the learner trains (exact,
             reproducible). ``"async"``: actor processes, each with a few
@@ -297,19 +300,19 @@ class TrainerConfig:
                      "replay_buffer_capacity", "envs_per_actor",
                      "world_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   "be a positive integer")
         for name in ("num_held_out_eval_episodes",
                      "num_calibration_episodes"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int)
+            if value is not None and (not _is_int(value)
                                       or value < 1):
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   f"be a positive integer or None "
                                   f"(num_eval_episodes)")
         self._check_calibration()
-        if (not isinstance(self.initial_collect_steps, int)
+        if (not _is_int(self.initial_collect_steps)
                 or self.initial_collect_steps < 0):
             raise ConfigError(f"TrainerConfig.initial_collect_steps="
                               f"{self.initial_collect_steps!r}; it must be "
@@ -320,10 +323,10 @@ class TrainerConfig:
                               f"{', '.join(UNROLL_MODES)}")
         for name in ("max_policy_lag", "inference_workers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
+            if not _is_int(value) or value < 0:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it "
                                   "must be an integer >= 0")
-        if (not isinstance(self.actor_niceness, int)
+        if (not _is_int(self.actor_niceness)
                 or not 0 <= self.actor_niceness <= 19):
             raise ConfigError(f"TrainerConfig.actor_niceness="
                               f"{self.actor_niceness!r}; valid: an integer "
@@ -360,7 +363,7 @@ class TrainerConfig:
         seg = self.segment_length
         if seg is None:
             return
-        if (not isinstance(seg, int) or seg < 1 or
+        if (not _is_int(seg) or seg < 1 or
                 self.unroll_length % seg):
             raise ConfigError(
                 f"TrainerConfig.segment_length={seg!r}; it must be None or "
@@ -522,3 +525,9 @@ def _parse_device(setting) -> torch.device:
 _DIVIDED = ("num_envs", "minibatch_size", "initial_collect_steps",
             "replay_buffer_capacity")
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainerConfig)}
+
+
+def _is_int(value) -> bool:
+    """An integer setting's value: an int, not a bool (``True`` is an int
+    to Python, but ``max_policy_lag=True`` is a mistake)."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -213,3 +213,15 @@ def test_bad_network_choice_is_one_line(tmp_path, gin_file, param, value,
     # Raised inside the networks while the algorithm is built: a
     # ConfigError, so the CLI prints one line and not a traceback.
     _refused(tmp_path, gin_file, {param: value}, *needles)
+
+
+@pytest.mark.timeout(120)
+def test_segments_for_an_off_policy_algorithm_are_refused_before_writing(
+        tmp_path):
+    # The algorithm decides it, so it is known only once built: still
+    # before config.gin or a summary is written.
+    _refused(tmp_path, "dqn_cart_pole.gin", dict(DQN_TINY, **{
+        "TrainerConfig.unroll_mode": '"async"',
+        "TrainerConfig.segment_length": "8"}),
+        "TrainerConfig.segment_length=8 is for on-policy algorithms; "
+        "DQNAlgorithm")

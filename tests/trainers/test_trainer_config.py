@@ -148,13 +148,22 @@ def test_a_segment_length_that_cannot_be_used_is_refused(kw, message):
         TrainerConfig(algorithm_ctor=PPOAlgorithm, **kw)
 
 
-@pytest.mark.parametrize("bad", [-1, 20, 2.5, "5"])
+@pytest.mark.parametrize("bad", [-1, 20, 2.5, "5", True])
 def test_an_actor_niceness_outside_what_nice_takes_is_refused(bad):
     with pytest.raises(ConfigError) as info:
         TrainerConfig(algorithm_ctor=PPOAlgorithm, actor_niceness=bad)
     assert one_line(info.value) == (f"TrainerConfig.actor_niceness={bad!r}; "
                                "valid: an integer in 0..19 (0: the "
                                "learner's priority)")
+
+
+@pytest.mark.parametrize("name", ["max_policy_lag", "num_envs",
+                                  "segment_length", "initial_collect_steps"])
+def test_a_bool_is_not_an_integer_setting(name):
+    """``True`` is an int to Python; as a count or a bound it is a typo."""
+    with pytest.raises(ConfigError, match=f"TrainerConfig.{name}=True; "):
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, unroll_mode="async",
+                      **{name: True})
 
 
 def test_world_size_is_not_a_gin_setting():
