@@ -154,11 +154,11 @@ class ActorDistributionNetwork(nn.Module):
                 head_size = 2 * out  # alpha's and beta's
             elif gsde_interval is not None:
                 features = self.encoder.output_size
-                self.exploration_log_std = nn.Parameter(
+                self.exploration_log_std = nn.Parameter(_dense(
                     (log_std0 - 0.5 * math.log(features)).expand(
-                        features, out).clone())
+                        features, out)))
             else:
-                self.log_std = nn.Parameter(log_std0.expand(out).clone())
+                self.log_std = nn.Parameter(_dense(log_std0.expand(out)))
             if squash or beta:
                 low = torch.as_tensor(action_space.low, dtype=torch.float32)
                 high = torch.as_tensor(action_space.high, dtype=torch.float32)
@@ -283,3 +283,11 @@ class ActorDistributionNetwork(nn.Module):
             self._gsde_draws, self._gsde_left = draws, self.gsde_interval
         self._gsde_left -= 1
         return draws
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with fresh row-major strides. ``clone`` keeps an
+    expanded size-1 dimension's stride 0, which DDP's gradient buckets do
+    not have: every backward then warned "Grad strides do not match bucket
+    view strides" (a 1-dimensional action, e.g. Pendulum)."""
+    return torch.empty(t.shape, dtype=t.dtype).copy_(t)
