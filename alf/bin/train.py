@@ -177,6 +177,18 @@ def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    root = FLAGS.root_dir and os.path.abspath(os.path.expanduser(
+        FLAGS.root_dir))
+    made = bool(root) and not os.path.exists(root)
+    code = _main()
+    if code != 0 and made and os.path.isdir(root) and not os.listdir(root):
+        # A run refused after its folder was made (an unknown environment
+        # id is found when the environment is built) leaves no trace.
+        os.rmdir(root)
+    return code
+
+
+def _main() -> int:
     # Until training listens for it, "checkpoint now" must not kill the run.
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)
     from alf.trainers import Trainer, TrainingInterrupted, parse_config

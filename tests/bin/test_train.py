@@ -154,6 +154,16 @@ def test_unknown_environment_id(unknown_env_result):
     assert "'CartPol-v1'" in first
     assert "CartPole-v1" in first.replace("'CartPol-v1'", "")  # suggestion
     assert_nothing_written(root)
+    assert not root.exists()  # made for the run, removed with it
+
+
+@pytest.mark.timeout(120)
+def test_a_refused_run_keeps_a_folder_the_user_made(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    res = run_cli(root, TrainerConfig__env_name='"CartPol-v1"')
+    assert res.returncode == 1
+    assert root.is_dir() and not os.listdir(root)
 
 
 @pytest.mark.timeout(120)
