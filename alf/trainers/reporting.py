@@ -5,6 +5,7 @@ Rank 0 writes and logs; the other ranks join the collectives (the episode
 statistics) and measure their own throughput.
 """
 import contextlib
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional
@@ -175,12 +176,13 @@ class Reporter:
         preempted = ", ".join(
             f"rank{r} {p / iters:.0%}" for r, p in
             enumerate(self._counts.preempted_iterations()))
+        recent = self._episodes.recent_return()
         logging.info(
             "iter %d | env steps %d/%d | %.0f steps/s | recent return "
-            "%.2f | time left %s | learner %.3f ms CPU/step (wall %.3f)"
+            "%s | time left %s | learner %.3f ms CPU/step (wall %.3f)"
             "%s%s",
-            iteration, env_steps, self._num_env_steps,
-            rate, self._episodes.recent_return(),
+            iteration, env_steps, self._num_env_steps, rate,
+            "none yet" if math.isnan(recent) else f"{recent:.2f}",
             time.strftime("%H:%M:%S", time.gmtime(max(left, 0) / rate)),
             1000 * self._learner_cpu / max(local_steps, 1),
             1000 * self._learner_wall / max(local_steps, 1),

@@ -109,6 +109,14 @@ def test_the_progress_line(tmp_path, lines):
         r"\(wall 1\.500\)", lines[0]), lines[0]
 
 
+def test_the_progress_line_before_any_episode_ended(tmp_path, lines):
+    r = _reporter(tmp_path)
+    r._episodes = EpisodeStats(num_envs=2)  # nothing ended yet
+    r.start_clock(iteration=0, env_steps=0)
+    r.log_progress(1, 32, final=True)
+    assert "| recent return none yet |" in lines[0], lines[0]
+
+
 def test_the_progress_line_of_actors_and_preemption(tmp_path, lines):
     r = _reporter(tmp_path, actors=ActorReport(0.25, 0.125, 0.3, 0.05,
                                                actor_spread=1.25,
