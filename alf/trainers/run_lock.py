@@ -14,6 +14,7 @@ holder that ends removes the file, still holding it: a root dir looks as
 it did before the run, and one that opened the file meanwhile sees, once
 it holds it, that it is no longer the root dir's and starts again.
 """
+import errno
 import fcntl
 import os
 import socket
@@ -21,10 +22,14 @@ import sys
 import time
 from typing import Optional
 
+from absl import logging
+
 from alf.utils.errors import AlfError
 
 #: The lock's file in a root dir.
 LOCK_FILE = ".alf-run.lock"
+# What flock raises where the filesystem has no locks.
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 class RootDirInUse(AlfError):
@@ -34,7 +39,7 @@ class RootDirInUse(AlfError):
 class RunLock:
     """The chief's hold on a root dir (`acquire`, then `release`)."""
 
-    def __init__(self, fd: int, path: str):
+    def __init__(self, fd: Optional[int], path: str):
         self._fd: Optional[int] = fd
         self._path = path
 
@@ -61,6 +66,18 @@ class RunLock:
                     f"({holder or 'its holder is still starting'}); wait "
                     "for it to end, stop it, or choose another --root_dir"
                 ) from None
+            except OSError as e:
+                os.close(fd)
+                if e.errno not in _NO_LOCKS:
+                    raise
+                _remove(path)
+                # Some network and FUSE filesystems have no locks: training
+                # goes on there, unguarded, rather than not at all.
+                logging.warning(
+                    "cannot lock %s on its filesystem (%s): a second "
+                    "training in this root dir would not be refused", path,
+                    e.strerror or e)
+                return cls(None, path)
             except BaseException:
                 os.close(fd)
                 raise
@@ -97,9 +114,7 @@ class RunLock:
             try:
                 # Removed while still held: whoever opened it meanwhile
                 # finds it gone once it gets the flock, and retries.
-                os.remove(self._path)
-            except FileNotFoundError:
-                pass
+                _remove(self._path)
             finally:
                 os.close(fd)  # closing the file releases its flock
 
@@ -109,3 +124,10 @@ def _same_file(fd: int, path: str) -> bool:
         return os.stat(path).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -76,3 +76,21 @@ def test_a_hold_on_a_removed_file_is_not_the_lock(tmp_path, monkeypatch):
     with pytest.raises(RootDirInUse):
         RunLock.acquire(str(tmp_path))
     lock.release()
+
+
+def test_a_filesystem_without_locks_trains_unguarded(tmp_path, monkeypatch,
+                                                     caplog):
+    import errno
+
+    from alf.trainers import run_lock
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(run_lock.fcntl, "flock", no_locks)
+    with caplog.at_level("WARNING"):
+        lock = RunLock.acquire(str(tmp_path))
+    assert "cannot lock" in caplog.text and "No locks available" in \
+        caplog.text
+    lock.release()
+    assert os.listdir(tmp_path) == []
