@@ -123,7 +123,7 @@ _STAMPED = re.compile(r"^I\d{4} (\d\d):(\d\d):([\d.]+) .*"
 _LEARNER = re.compile(r"learner ([\d.]+) ms CPU/step(?: \(wall ([\d.]+)\))?")
 _ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)"
                      r"(?:; busy wall ([\d.]+|nan))?\), "
-                     r"waiting (\d+)% for a policy, slowest ([\d.]+)x the "
+                     r"waiting (\d+)% for a policy, slowest (?:segment )?([\d.]+)x the "
                      r"fastest (?:\| inference ([\d.]+) ms CPU/step \(batch "
                      r"([\d.]+)\) )?\| learner waiting (\d+)%")
 

@@ -92,6 +92,8 @@ class ActorReport(NamedTuple):
         busy_ms: the actors' wall ms per env step while not waiting for a
             version: more than ``actor_ms`` is time an actor was runnable
             without a core (or waited for its inference worker).
+        segments: the actors collect segments (``segment_length``), so
+            ``actor_spread`` compares segments, not actors.
     """
     actor_ms: float
     env_ms: float
@@ -101,6 +103,7 @@ class ActorReport(NamedTuple):
     inference_batch: float = 0.0
     actor_spread: float = 1.0
     busy_ms: float = float("nan")
+    segments: bool = False
 
 
 class CollectionError(AlfError):
@@ -517,7 +520,7 @@ class AsyncCollector:
             self.inference_batches / max(self.inference_requests, 1),
             self.spread_sum / self.unrolls,
             1000 * (self.actor_seconds - self.actor_blocked) /
-            self.actor_steps)
+            self.actor_steps, self._seg is not None)
 
     def publish(self, version: int) -> None:
         """Sends the learner's policy at ``version`` to every inference

@@ -188,11 +188,11 @@ class Reporter:
             1000 * self._learner_wall / max(local_steps, 1),
             "" if actors is None else
             " | actors %.3f ms CPU/step (env step %.3f; busy wall %.3f), "
-            "waiting %.0f%% for a policy, slowest %.2fx the fastest%s | "
+            "waiting %.0f%% for a policy, slowest %s%.2fx the fastest%s | "
             "learner waiting %.0f%% for unrolls" % (
                 actors.actor_ms, actors.env_ms, actors.busy_ms,
                 100 * actors.actor_wait,
-                actors.actor_spread,
+                "segment " if actors.segments else "", actors.actor_spread,
                 "" if not actors.inference_batch else
                 " | inference %.3f ms CPU/step (batch %.1f)" % (
                     actors.inference_ms, actors.inference_batch),

@@ -77,13 +77,15 @@ def test_the_train_command_and_a_runs_output():
     assert out.returncode == 3 and out.stdout.split() == ["out", "err"]
 
 
-def test_a_runs_progress_line_is_parsed(monkeypatch):
+@pytest.mark.parametrize("slowest", ["slowest", "slowest segment"])
+def test_a_runs_progress_line_is_parsed(monkeypatch, slowest):
     line = ("I1126 10:00:00.000000 1 reporting.py:167] iter 12 | env steps "
             "49152/49152 | 491 steps/s | recent return 8.16 | time left "
             "00:00:00 | learner 0.389 ms CPU/step (wall 0.512) | actors "
             "3.238 ms CPU/step (env step 2.665; busy wall 4.100), waiting "
             "3% for a policy, "
-            "slowest 1.39x the fastest | learner waiting 46% for unrolls")
+            f"{slowest} 1.39x the fastest | learner waiting 46% for "
+            "unrolls")
     monkeypatch.setattr(runs, "run_in_own_group", lambda cmd: (
         subprocess.CompletedProcess(cmd, 0, line + "\n")))
     r = runs.train_throughput(["a.gin"], [], "/r")

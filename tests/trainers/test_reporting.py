@@ -109,6 +109,16 @@ def test_the_progress_line(tmp_path, lines):
         r"\(wall 1\.500\)", lines[0]), lines[0]
 
 
+def test_the_progress_line_says_when_the_spread_is_of_segments(tmp_path,
+                                                               lines):
+    r = _reporter(tmp_path, actors=ActorReport(0.25, 0.125, 0.3, 0.05,
+                                               actor_spread=31.5,
+                                               segments=True))
+    r.start_clock(iteration=0, env_steps=0)
+    r.log_progress(1, 32, final=True)
+    assert "slowest segment 31.50x the fastest" in lines[0], lines[0]
+
+
 def test_the_progress_line_before_any_episode_ended(tmp_path, lines):
     r = _reporter(tmp_path)
     r._episodes = EpisodeStats(num_envs=2)  # nothing ended yet
