@@ -98,9 +98,9 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
     Raises:
         AlfError: one line, for a bad run, checkpoint, binding or metric.
     """
-    from alf.bin.play import check_split, mean_row, play
+    from alf.bin.play import mean_row, open_run, play
     if held_out:  # before minutes of play, not after them
-        check_split(root_dir, checkpoint, "held_out", gin_params)
+        open_run(root_dir, checkpoint, "held_out", gin_params)
     results = []
     for i, offsets in enumerate(candidates):
         rows = play(root_dir, checkpoint, num_episodes,

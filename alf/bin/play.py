@@ -173,24 +173,11 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
     from alf.trainers import seeds
-    from alf.trainers.config_parser import parse_run_config
-    from alf.trainers.trainer_config import TrainerConfig
 
-    if split not in SPLITS:
-        raise ConfigError(f"--split={split!r}; valid: {', '.join(SPLITS)}")
-    config_file = os.path.join(root_dir, "config.gin")
-    if not os.path.isdir(root_dir):
-        raise ConfigError(f"--root_dir={root_dir!r} does not exist")
-    if not os.path.isfile(config_file):
-        raise ConfigError(f"{config_file} is missing: --root_dir must be a "
-                          "run's folder (alf.bin.train writes it)")
-    path, steps = _checkpoint(root_dir, checkpoint)
+    path, cfg, load_fn = open_run(root_dir, checkpoint, split, gin_params)
     writer = _VideoWriter(record_file, fps) if record_file else None
-    parse_run_config(run_config(root_dir, steps), gin_params)
-    cfg = TrainerConfig()
     if seed is None:
         seed = seeds.eval_seed(cfg.seed)
-    load_fn = _split_load_fn(cfg, split, root_dir)
     torch.set_num_threads(cfg.torch_num_threads)
     # One environment, built here (MetaDrive's one engine, no worker).
     env_fn.set_environment_process()
@@ -244,24 +231,33 @@ def _split_load_fn(cfg, split: str, root_dir: str):
     return cfg.env_load_fn
 
 
-def check_split(root_dir: str, checkpoint: str, split: str,
-                gin_params: Sequence[str] = ()) -> None:
-    """Fails as `play` would on ``split``, without playing: a tool that
-    plays a split last (``alf.bin.calibrate --held_out``) checks first.
+def open_run(root_dir: str, checkpoint: str, split: str,
+             gin_params: Sequence[str] = ()):
+    """The run's configuration as of ``checkpoint``, parsed into gin:
+    (the checkpoint's file, its `TrainerConfig`, the load function of
+    ``split``'s environments). `play` starts here, and a tool that plays a
+    split last (``alf.bin.calibrate --held_out``) calls it first, so that
+    a split the run lacks fails before minutes of play.
 
     Raises:
-        AlfError: as `play`, for a missing run or checkpoint, or a split
-            the run does not have.
+        ConfigError: an unknown ``split``, a folder that is not a run, or
+            ``held_out`` for a run without held-out environments (and as
+            `checkpoint_path`).
     """
     from alf.trainers.config_parser import parse_run_config
     from alf.trainers.trainer_config import TrainerConfig
     if split not in SPLITS:
         raise ConfigError(f"--split={split!r}; valid: {', '.join(SPLITS)}")
-    if not os.path.isfile(os.path.join(root_dir, "config.gin")):
-        return  # `play` names what is missing
-    _, steps = _checkpoint(root_dir, checkpoint)
+    config_file = os.path.join(root_dir, "config.gin")
+    if not os.path.isdir(root_dir):
+        raise ConfigError(f"--root_dir={root_dir!r} does not exist")
+    if not os.path.isfile(config_file):
+        raise ConfigError(f"{config_file} is missing: --root_dir must be a "
+                          "run's folder (alf.bin.train writes it)")
+    path, steps = _checkpoint(root_dir, checkpoint)
     parse_run_config(run_config(root_dir, steps), gin_params)
-    _split_load_fn(TrainerConfig(), split, root_dir)
+    cfg = TrainerConfig()
+    return path, cfg, _split_load_fn(cfg, split, root_dir)
 
 
 @torch.inference_mode()
