@@ -287,19 +287,25 @@ def _start(cmd: List[str], log_path: str) -> subprocess.Popen:
 
 def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
             on_start: Callable[[Run], None] = lambda run: None,
-            done: Callable[[Run], bool] = lambda run: False) -> None:
+            done: Callable[[Run], bool] = lambda run: False,
+            check: Callable[[Run], None] = lambda run: None) -> None:
     """Runs the commands, ``parallel`` at a time, logging to
     ``root/<side>/seed<s>.log``; ``on_start(run)`` is called before a run
     starts. Runs for which ``done(run)`` holds are reused, not started.
+    ``check(run)`` is called on each reused run, then on each run as it
+    finishes, so that what it refuses (a misspelt --metric) stops the
+    comparison after one run, not after all.
 
     Raises:
-        AlfError: naming the first run that failed and its log (runs still
-            going get SIGINT: train.py saves a checkpoint and stops).
+        AlfError: naming the first run that failed and its log, or what
+            ``check`` raised (runs still going get SIGINT: train.py saves a
+            checkpoint and stops).
     """
     pending = []
     for name, seed in jobs:
         if done((name, seed)):
             print(f"{name}/seed{seed}: reused", flush=True)
+            check((name, seed))
         else:
             pending.append((name, seed))
     # Popen -> (run, log, offset, start)
@@ -326,6 +332,7 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
                                    f"{proc.returncode}){why}; log: {log}")
                 print(f"{name}/seed{seed}: trained in "
                       f"{time.time() - start:.0f} s", flush=True)
+                check((name, seed))
     finally:  # after a failure or Ctrl-C; train.py's launcher escalates
         for proc in running:
             proc.send_signal(signal.SIGINT)
@@ -424,16 +431,24 @@ def main(argv: List[str]) -> int:
         for side in sides:  # other settings there: fail before any training
             if os.path.isdir(os.path.join(root, side.name)):
                 claim(side)
+        read: Dict[Run, Dict[str, list]] = {}
+
+        def check(run: Run) -> None:  # the metric exists: align says if not
+            read[run] = read_curves(os.path.join(root, run[0],
+                                                 f"seed{run[1]}"),
+                                    csv_name, PROG)
+            align({run: read[run]}, metric=metric, csv_name=csv_name)
+
         # A side's folder appears with its first run (none after a failure).
         run_all(jobs, root, parallel,
                 on_start=lambda run: claim(named[run[0]]),
                 done=lambda run: finished(
                     os.path.join(root, run[0], f"seed{run[1]}"),
-                    steps[run[0]]))
+                    steps[run[0]]),
+                check=check)
         # Side A first: its runs make the grid and lead the table.
-        runs = sorted(jobs, key=lambda r: (r[0] != a.name, r[1]))
-        curves = {(m, s): read_curves(os.path.join(root, m, f"seed{s}"),
-                                      csv_name, PROG) for m, s in runs}
+        curves = {run: read[run] for run in sorted(
+            jobs, key=lambda r: (r[0] != a.name, r[1]))}
         grid, values = align(curves, reference=a.name, metric=metric,
                              csv_name=csv_name)
         config = "+".join(os.path.basename(g) for g in FLAGS.gin_file)

@@ -195,6 +195,28 @@ def test_finished_runs_are_reused_without_starting(tmp_path, capsys):
     assert out[1].startswith("a/seed1: trained in "), out
 
 
+def test_check_refusing_a_run_stops_before_the_next(tmp_path):
+    """What ``check`` refuses (a misspelt --metric) is found after the first
+    run, reused or trained, not after every run has trained."""
+    true = [sys.executable, "-c", "pass"]
+    started, checked = [], []
+
+    def check(run):
+        checked.append(run)
+        raise AlfError(f"no such column in {run}")
+
+    with pytest.raises(AlfError, match=r"no such column in \('a', 0\)"):
+        compare.run_all({("a", 0): true, ("a", 1): true}, str(tmp_path), 1,
+                        on_start=started.append, check=check)
+    assert started == [("a", 0)] and checked == [("a", 0)]
+    started.clear(), checked.clear()
+    with pytest.raises(AlfError, match=r"no such column in \('a', 0\)"):
+        compare.run_all({("a", 0): true, ("a", 1): true}, str(tmp_path), 1,
+                        on_start=started.append, check=check,
+                        done=lambda run: run == ("a", 0))
+    assert started == [] and checked == [("a", 0)]
+
+
 # ---- end to end ----------------------------------------------------------------
 SHORT = ["TrainerConfig.num_env_steps=1024", "TrainerConfig.eval_interval=1",
          "TrainerConfig.num_eval_episodes=2"]  # 4 iterations of 8 x 32 steps
