@@ -12,6 +12,10 @@ from alf.utils import distributed
 from alf.utils.deprecation import FORMER, former_spelling
 from alf.utils.errors import ConfigError
 
+# Settings of asynchronous collection, refused with another unroll_mode.
+_ASYNC_ONLY = ("max_policy_lag", "envs_per_actor", "inference_workers",
+               "segment_length", "actor_niceness")
+
 
 @gin.configurable(denylist=["world_size"])
 @dataclasses.dataclass
@@ -331,12 +335,7 @@ class TrainerConfig:
             raise ConfigError(f"TrainerConfig.actor_niceness="
                               f"{self.actor_niceness!r}; valid: an integer "
                               "in 0..19 (0: the learner's priority)")
-        if self.inference_workers and self.unroll_mode != "async":
-            raise ConfigError(
-                f"TrainerConfig.inference_workers={self.inference_workers} "
-                f"needs unroll_mode=\"async\" (it is "
-                f"{self.unroll_mode!r}); drop it or set "
-                "TrainerConfig.unroll_mode=\"async\"")
+        self._check_async_only()
         self._check_segments()
         for name in ("sync_frac", "min_rollout_fraction"):
             value = getattr(self, name)
@@ -358,6 +357,20 @@ class TrainerConfig:
                 " needs eval_deterministic=True (the offset moves the "
                 "deterministic action); drop one of them")
 
+    def _check_async_only(self) -> None:
+        """Refuses an ``"async"``-only setting changed from its default in
+        synchronous collection, where it would do nothing (a run that is
+        not what its config says)."""
+        if self.unroll_mode == "async":
+            return
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _ASYNC_ONLY and value != f.default:
+                raise ConfigError(
+                    f"TrainerConfig.{f.name}={value!r} needs "
+                    f"unroll_mode=\"async\" (it is {self.unroll_mode!r}); "
+                    "drop it or set TrainerConfig.unroll_mode=\"async\"")
+
     def _check_segments(self) -> None:
         """Refuses a ``segment_length`` that cannot be used."""
         seg = self.segment_length
@@ -368,11 +381,6 @@ class TrainerConfig:
             raise ConfigError(
                 f"TrainerConfig.segment_length={seg!r}; it must be None or "
                 f"a positive divisor of unroll_length={self.unroll_length}")
-        if self.unroll_mode != "async":
-            raise ConfigError(
-                f"TrainerConfig.segment_length={seg} needs "
-                f"unroll_mode=\"async\" (it is {self.unroll_mode!r}); drop "
-                "it or set TrainerConfig.unroll_mode=\"async\"")
         if self.preempt_stragglers:
             raise ConfigError(
                 f"TrainerConfig.segment_length={seg} does not combine with "

@@ -130,6 +130,23 @@ def test_a_size_that_does_not_divide_among_the_ranks_is_refused():
                                "among 2 processes; use a multiple of 2")
 
 
+@pytest.mark.parametrize("kw", [
+    dict(max_policy_lag=2), dict(envs_per_actor=4), dict(inference_workers=1),
+    dict(actor_niceness=0), dict(segment_length=32)])
+def test_async_only_settings_are_refused_in_sync_collection(kw):
+    """In lock-step collection they would do nothing; at their defaults
+    (as ppg_metadrive.gin binds max_policy_lag=1) they pass."""
+    (name, value), = kw.items()
+    with pytest.raises(ConfigError, match=re.escape(
+            f"TrainerConfig.{name}={value!r} needs unroll_mode=\"async\" "
+            "(it is 'sync'); drop it or set "
+            "TrainerConfig.unroll_mode=\"async\"")):
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, **kw)
+    TrainerConfig(algorithm_ctor=PPOAlgorithm, unroll_mode="async", **kw)
+    TrainerConfig(algorithm_ctor=PPOAlgorithm, max_policy_lag=1,
+                  actor_niceness=10, envs_per_actor=1)
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(segment_length=3), "TrainerConfig.segment_length=3; it must be "
      "None or a positive divisor of unroll_length=128"),
