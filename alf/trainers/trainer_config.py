@@ -61,7 +61,9 @@ class TrainerConfig:
             environments are slow (subprocesses: MetaDrive, ``async_env``);
             not bit-reproducible. Actors act on the CPU. See
             `alf.trainers.collector`.
-        max_policy_lag: ``"async"`` only: how many policy versions
+        max_policy_lag: ``"async"`` only (as the four settings below: with
+            ``"sync"`` one changed from its default is refused): how many
+            policy versions
             (training iterations) the policy that acted may be behind the
             one that trains on its data. 0: exactly on-policy, environments
             do not wait for each other but nothing steps during training;
