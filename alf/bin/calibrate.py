@@ -99,8 +99,15 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
         AlfError: one line, for a bad run, checkpoint, binding or metric.
     """
     from alf.bin.play import mean_row, open_run, play
-    if held_out:  # before minutes of play, not after them
-        open_run(root_dir, checkpoint, "held_out", gin_params)
+    # What cannot be calibrated fails before minutes of play, not after.
+    _, cfg, _ = open_run(root_dir, checkpoint,
+                         "held_out" if held_out else "training", gin_params)
+    if not hasattr(cfg.algorithm_ctor, "set_calibrated_offset"):
+        raise ConfigError(
+            f"the run in {root_dir} trains "
+            f"{getattr(cfg.algorithm_ctor, '__name__', cfg.algorithm_ctor)}, "
+            f"which has no deterministic offset ({BINDING} is PPO's and "
+            "PPG's)")
     results = []
     for i, offsets in enumerate(candidates):
         rows = play(root_dir, checkpoint, num_episodes,

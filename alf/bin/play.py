@@ -222,8 +222,8 @@ def _split_load_fn(cfg, split: str, root_dir: str):
     """
     if split == "held_out":
         if cfg.held_out_env_load_fn is None:
-            raise ConfigError(f"--split held_out: the run in {root_dir} has "
-                              "no held-out environments "
+            raise ConfigError(f"the run in {root_dir} has no held-out "
+                              "environments to play "
                               "(TrainerConfig.held_out_env_load_fn is unset)")
         return cfg.held_out_env_load_fn
     if split == "calibration":

@@ -106,8 +106,8 @@ def test_held_out_is_checked_before_any_candidate_is_played(pendulum_run):
                "TrainerConfig.held_out_env_load_fn=None")
     assert out.returncode == 1, out.stdout
     assert out.stdout == "", out.stdout  # no candidate's row: none played
-    assert re.fullmatch(r"alf\.bin\.calibrate: --split held_out: the run in "
-                        r"\S+ has no held-out environments .*\n",
+    assert re.fullmatch(r"alf\.bin\.calibrate: the run in \S+ has no "
+                        r"held-out environments to play .*\n",
                         out.stderr), out.stderr
 
 
@@ -126,6 +126,21 @@ def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
     assert out.stderr.strip().count("\n") == 0, out.stderr
     assert out.stderr.startswith("alf.bin.calibrate: " + message), \
         out.stderr
+    assert out.stdout == ""  # refused before any candidate is played
+
+
+def test_an_algorithm_without_the_offset_is_refused_before_play(
+        pendulum_run):
+    """SAC, DQN or a user's algorithm would play every candidate alike
+    and "choose" 0 (the binding is PPO's): refused, nothing played."""
+    out = _cli("--root_dir", str(pendulum_run), "--num_episodes", "1",
+               "--checkpoint", "latest", "--offsets", "0=0.5", "--gin_param",
+               "TrainerConfig.algorithm_ctor=@SACAlgorithm")
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert out.stderr == (
+        f"alf.bin.calibrate: the run in {pendulum_run} trains SACAlgorithm, "
+        "which has no deterministic offset "
+        "(PPOAlgorithm.deterministic_offset is PPO's and PPG's)\n")
 
 
 # A validation split: the same environment with episodes of 50 steps

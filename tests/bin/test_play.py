@@ -87,8 +87,8 @@ def test_sampling_replays_episode_by_episode(cart_pole_run):
     (["--checkpoint", "oldest"], r"use latest, best or a number"),
     (["--record_file", "/no/such/folder/x.gif"], r"cannot be written"),
     (["--record_file", "x.avi"], r"use a \.gif or \.mp4 file"),
-    (["--held_out"], r"--split held_out: the run in .* has no held-out "
-                     r"environments"),
+    (["--held_out"], r"the run in .* has no held-out environments to "
+                     r"play"),
     (["--held_out", "--split", "calibration"],
      r"--held_out with --split=calibration: give one of them"),
     # Other networks than the run trained: the first tensor that does not
