@@ -29,7 +29,7 @@ from alf.utils.distributed.performer import make_ddp_performer
 from alf.utils.distributed.rank_local import synced_state
 
 
-def data_distributed(method):
+def data_distributed(method: Optional[Callable] = None):
     """Runs ``method`` through DistributedDataParallel once activated.
 
     Decorate the method of an `nn.Module` whose result depends on the
@@ -50,12 +50,14 @@ def data_distributed(method):
     gradient all-reduce (no extra collective).
 
     Args:
-        method: a method of an `nn.Module` subclass.
+        method: a method of an `nn.Module` subclass (``@data_distributed()``,
+            with no method, works too).
 
     Returns:
         The wrapped method.
     """
-    return data_distributed_when(None)(method)
+    decorator = data_distributed_when(None)
+    return decorator if method is None else decorator(method)
 
 
 def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
@@ -66,13 +68,40 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
 
     Returns:
         A decorator for a method of an `nn.Module` subclass.
-    """
 
-    def decorator(method):
+    Raises:
+        TypeError: for a ``cond`` that is not callable, and (from the
+            decorator) for what is not a method: a static or class method,
+            or ``@data_distributed_when`` without its condition.
+    """
+    if cond is not None and not callable(cond):
+        raise TypeError(f"data_distributed_when(cond): cond={cond!r} must "
+                        "be a function of the module (or None)")
+
+    def decorator(method, *args, **kwargs):
+        if (args or kwargs or isinstance(method, nn.Module)
+                or not callable(method)):
+            # `@data_distributed_when` without (cond): the method became
+            # this decorator and is called with the module and its args.
+            raise TypeError(
+                f"{getattr(cond, '__qualname__', cond)} is decorated with "
+                "data_distributed_when itself; write "
+                "@data_distributed_when(cond), cond a function of the module")
+        if isinstance(method, (staticmethod, classmethod)):
+            raise TypeError(
+                f"@data_distributed on {type(method).__name__} "
+                f"{method.__func__.__qualname__}: decorate a method of an "
+                "nn.Module (its module's parameters are what DDP averages)")
         name = method.__qualname__
 
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):
+            if not isinstance(self, nn.Module):
+                raise TypeError(
+                    f"@data_distributed on {name}, called with a "
+                    f"{type(self).__name__} first: decorate a method of an "
+                    "nn.Module (its module's parameters are what DDP "
+                    "averages), not a function")
             state = self.__dict__.get("_alf_ddp")
             if (state is None or not torch.is_grad_enabled()
                     or not is_distributed() or (cond is not None
@@ -82,6 +111,7 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 return method(self, *args, **kwargs)
             performer = state["performer"]
             if performer is None:
+                _check_has_parameters(self, name)
                 performer = state["performer"] = _new_performer(self, state)
             if state["hook"] is not None:
                 state["calls"] += 1
@@ -130,6 +160,20 @@ def activate_ddp(module: nn.Module) -> None:
     check_weights_equal(module)
 
 
+def _check_has_parameters(module: nn.Module, name: str) -> None:
+    """Refuses a decorated method whose module has nothing for DDP to
+    average (DDP itself fails with a bare StopIteration)."""
+    if not any(p.requires_grad for p in module.parameters()):
+        raise DistributedError(
+            f"@data_distributed on {name}: {type(module).__name__} has no "
+            "trainable parameters for DDP to average; decorate a method of "
+            "the module that holds them (e.g. the algorithm's loss)")
+
+
+# DDP's error when a parameter's gradient arrives twice in one backward.
+_READY_TWICE = "Expected to mark a variable ready only once"
+
+
 def _perform(module: nn.Module, state: dict, name: str, method: Callable,
              *args, **kwargs):
     """Calls ``method`` through the module's DDP module."""
@@ -143,6 +187,12 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
             raise unused_parameters.unreduced_error(
                 module, state["last"], performer.alf_auto_unused,
                 str(e)) from None
+        if _READY_TWICE in str(e):  # a backward inside the method
+            raise DistributedError(
+                f"{name} backpropagated inside its data-distributed call "
+                "(DDP saw a gradient twice): decorate the method that "
+                "returns the loss, and call backward on its result outside "
+                "it") from e
         raise
     state["last"] = name
     return output

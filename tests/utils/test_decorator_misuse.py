@@ -1,0 +1,126 @@
+"""What a user who decorates the wrong thing is told: one error naming the
+method and what to decorate instead, not torch's StopIteration, a DDP
+internals message or weights that drift apart iterations later."""
+import pytest
+import torch
+from torch import nn
+
+from alf.utils.distributed import (activate_ddp, data_distributed,
+                                   data_distributed_when)
+from distributed_harness import run_ranks
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class WithParens(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 1, bias=False)
+
+    @data_distributed()
+    def loss(self, x):
+        return self.lin(x).sum()
+
+
+def test_decorator_with_parentheses_works():
+    m = WithParens()
+    m.loss(torch.ones(1, 2)).backward()
+    assert torch.allclose(m.lin.weight.grad, torch.ones(1, 2))
+    assert WithParens.loss._alf_data_distributed
+
+
+def test_when_without_its_condition_names_the_fix():
+    class Bare(nn.Module):
+        @data_distributed_when
+        def loss(self, x):
+            return x
+
+    with pytest.raises(TypeError, match=r"Bare\.loss is decorated with "
+                       r"data_distributed_when itself; write "
+                       r"@data_distributed_when\(cond\)"):
+        Bare().loss(torch.ones(1))
+
+
+def test_a_condition_that_is_not_callable_is_refused():
+    with pytest.raises(TypeError, match="cond=True must be a function"):
+        data_distributed_when(True)
+
+
+def test_static_methods_and_functions_are_refused():
+    with pytest.raises(TypeError, match=r"on staticmethod .*\.loss: "
+                       "decorate a method of an nn.Module"):
+        class Static(nn.Module):
+            @data_distributed
+            @staticmethod
+            def loss(x):
+                return x
+
+    @data_distributed
+    def loss(x):
+        return x
+
+    # Before: accepted, never through DDP; the ranks' weights then drifted.
+    with pytest.raises(TypeError, match=r"on .*loss, called with a Tensor "
+                       "first: decorate a method of an nn.Module"):
+        loss(torch.ones(1))
+
+
+class Paramless(nn.Module):
+    """Combines losses of modules it does not own."""
+
+    @data_distributed
+    def __call__(self, a, b):
+        return a + b
+
+
+class Owner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 1, bias=False)
+        self.combine = Paramless()
+
+    @data_distributed
+    def update(self, x):
+        """A whole update: backward and step inside the method."""
+        self.lin.weight.grad = None
+        self.lin(x).sum().backward()
+        with torch.no_grad():
+            self.lin.weight -= 0.1 * self.lin.weight.grad
+        return self.lin.weight.detach().clone()
+
+
+def _paramless(rank):
+    m = Owner()
+    activate_ddp(m)
+    y = m.lin(torch.ones(1, 2) * (rank + 1)).sum()
+    return m.combine(y, y)
+
+
+def _update_inside(rank):
+    torch.manual_seed(0)
+    m = Owner()
+    activate_ddp(m)
+    for _ in range(3):
+        m.update(torch.ones(1, 2) * (rank + 1))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (_paramless, "@data_distributed on Paramless.__call__: Paramless has no "
+     "trainable parameters for DDP to average; decorate a method of the "
+     "module that holds them"),
+    (_update_inside, "Owner.update backpropagated inside its "
+     "data-distributed call"),
+])
+def test_misuse_under_ddp_is_one_error_naming_the_method(fn, message):
+    results = run_ranks(fn, timeout=60)
+    for r in results:
+        assert not r.ok and r.value[0] == "DistributedError", r.value
+        assert r.value[1].startswith(message), r.value[1]
+
+
+def test_single_process_misuse_still_runs():
+    """Outside DDP the methods run untouched: nothing to refuse there."""
+    m = Owner()
+    y = m.lin(torch.ones(1, 2)).sum()
+    assert torch.equal(m.combine(y, y), 2 * y)
+    m.update(torch.ones(1, 2))
