@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import tokenize
+import traceback
 from typing import Iterable, List, Optional, Set
 
 import gin
@@ -89,29 +90,59 @@ def parse_gin(gin_files: Iterable[str],
     try:
         gin.parse_config_files_and_bindings(
             paths, list(gin_params or []), finalize_config=False)
-    except ImportError as e:  # `import no_such_module` in a file or binding
-        raise ConfigError(f"bad gin configuration: {one_line(e)}; a gin "
-                          "`import` must name an installed Python "
-                          "module") from e
-    except OSError as e:  # an `include` gin cannot find
-        raise ConfigError(_include_error(e, search)) from e
-    except SyntaxError as e:
-        raise ConfigError(_syntax_error(e, list(gin_params or []),
-                                        paths)) from e
-    except (ValueError, KeyError, NameError, TypeError) as e:
-        raise ConfigError(f"bad gin configuration: {one_line(e)}"
-                          f"{_parameter_hint(e)}") from e
-    except tokenize.TokenError as e:
-        # gin's tokenizer gives no location: find the binding it choked on.
-        bad = [f"--gin_param {b!r}" for b in gin_params or []
-               if not _tokenizes(b)]
-        bad += [p for p in paths if not _tokenizes(open(p).read())]
-        where = bad[0] if bad else f"one of {', '.join(paths)}"
-        raise ConfigError(f"bad gin configuration: {e.args[0]} in {where}; "
-                          "a bracket or quote is not closed") from e
+    except Exception as e:
+        error = None
+        if not _raised_by_imported_code(e):
+            error = _config_error(e, search, list(gin_params or []), paths)
+        if error is None:
+            # Not the configuration's fault (a bug in a module the config
+            # imports): its traceback says where, which one line would lose.
+            raise
+        raise error from e
     _check_macros()
     _check_values()
     return paths
+
+
+def _config_error(err: Exception, search: List[str], gin_params: List[str],
+                  paths: List[str]) -> Optional[ConfigError]:
+    """gin's error ``err`` as one line, or None if it is not one of the
+    configuration's."""
+    if isinstance(err, ImportError):  # `import no_such_module`
+        return ConfigError(f"bad gin configuration: {one_line(err)}; a gin "
+                           "`import` must name an installed Python module")
+    if isinstance(err, OSError):  # an `include` gin cannot find
+        return ConfigError(_include_error(err, search))
+    if isinstance(err, SyntaxError):
+        return ConfigError(_syntax_error(err, gin_params, paths))
+    if isinstance(err, (ValueError, KeyError, NameError, TypeError)):
+        return ConfigError(f"bad gin configuration: {one_line(err)}"
+                           f"{_parameter_hint(err)}")
+    if isinstance(err, tokenize.TokenError):
+        # gin's tokenizer gives no location: find the binding it choked on.
+        bad = [f"--gin_param {b!r}" for b in gin_params
+               if not _tokenizes(b)]
+        bad += [p for p in paths if not _tokenizes(open(p).read())]
+        where = bad[0] if bad else f"one of {', '.join(paths)}"
+        return ConfigError(f"bad gin configuration: {err.args[0]} in "
+                           f"{where}; a bracket or quote is not closed")
+    return None
+
+
+# Code that is not a user's: gin's, alf's and the standard library's.
+_NOT_IMPORTED = ("<", os.path.dirname(os.path.abspath(gin.__file__)) + os.sep,
+                 os.path.dirname(os.path.abspath(__file__)) + os.sep)
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+
+
+def _raised_by_imported_code(err: BaseException) -> bool:
+    """Whether ``err`` came out of a module that a gin ``import`` executed
+    (parsing runs no other code than gin's): a frame of other code than
+    gin's, alf's or the standard library's (an import of a missing module,
+    or a syntax error, has none)."""
+    return any(not f.filename.startswith(_NOT_IMPORTED) and not (
+        f.filename.startswith(_STDLIB) and "-packages" + os.sep not in
+        f.filename) for f in traceback.extract_tb(err.__traceback__))
 
 
 def _check_values() -> None:
@@ -167,13 +198,33 @@ def _include_error(err: OSError, search: List[str]) -> str:
             f"{' (' + where[0] + ')' if where else ''}; looked in: {looked}")
 
 
+def _configurable_hint(err: Exception) -> str:
+    """For gin's "No configurable matching" error: the close matches among
+    the configurables known, else how a user's own becomes known."""
+    m = re.search(r"No configurable matching (?:reference )?'@?([^']+)'",
+                  str(err))
+    if not m:
+        return ""
+    wanted = m.group(1).split("/")[-1]  # a scope is not part of the name
+    names = {sel for sel, _ in gin.config._REGISTRY.items()
+             if not sel.startswith("gin.")}
+    names |= {sel.split(".")[-1] for sel in names}
+    close = difflib.get_close_matches(wanted, sorted(names), n=3)
+    if close:
+        return f"; did you mean {' or '.join(close)}?"
+    return ("; a class or function of your own must be decorated with "
+            "@alf.configurable, and the gin file must import its module "
+            "(a line `import mypackage.mymodule`)")
+
+
 def _parameter_hint(err: Exception) -> str:
     """For gin's "doesn't have a parameter named" error: the close matches
-    among the configurable's parameters, or all of them."""
+    among the configurable's parameters, or all of them; for an unknown
+    configurable, `_configurable_hint`."""
     m = re.search(r"Configurable '([^']+)' doesn't have a parameter named "
                   r"'([^']+)'", str(err))
     if not m:
-        return ""
+        return _configurable_hint(err)
     try:
         names = [p for p in inspect.signature(
             gin.get_configurable(m.group(1))).parameters

@@ -84,8 +84,35 @@ def test_typo_in_configurable_name():
     with pytest.raises(ConfigError) as info:
         parse_config([EXAMPLE], ["TrainerConfg.num_envs=3"])
     msg = str(info.value)
-    assert "TrainerConfg" in msg
+    assert "TrainerConfg" in msg and msg.endswith("did you mean "
+                                                  "TrainerConfig?")
     assert "\n" not in msg
+
+
+def test_unknown_configurable_says_how_ones_own_becomes_known():
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], ["TrainerConfig.algorithm_ctor=@MyAC"])
+    assert str(info.value).endswith(
+        "must be decorated with @alf.configurable, and the gin file must "
+        "import its module (a line `import mypackage.mymodule`)")
+
+
+@pytest.mark.parametrize("code, raised", [
+    ("y = undefined_name + 1\n", NameError),
+    ("import no_such_package_z\n", ImportError),
+    ("import alf\nalf.data_distributed_when(True)\n", TypeError),
+])
+def test_a_bug_in_an_imported_module_keeps_its_traceback(
+        tmp_path, monkeypatch, code, raised):
+    """Not bad configuration: one line would drop the user's file and
+    line, which the traceback shows."""
+    (tmp_path / "buggy_user_module.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(raised) as info:
+        parse_config([EXAMPLE], ["import buggy_user_module"])
+    assert not isinstance(info.value, ConfigError)
+    files = [f.path for f in info.traceback]
+    assert tmp_path / "buggy_user_module.py" in files, files
 
 
 @pytest.mark.parametrize("binding", ['TrainerConfig.num_envs=(1',
