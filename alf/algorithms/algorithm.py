@@ -95,7 +95,17 @@ class Algorithm(nn.Module):
 
         Returns:
             The gradient norm before clipping (0 without ``max_grad_norm``).
+
+        Raises:
+            ConfigError: if no optimizer is registered (a run that would
+                train nothing).
         """
+        if not self._optimizers:
+            raise ConfigError(
+                f"{type(self).__name__}.update_with_gradient: no optimizer "
+                "is registered, so nothing would train; register one in "
+                "__init__ with self.add_optimizer(torch.optim.Adam("
+                "self.parameters(), lr=...))")
         # What zero_grad(set_to_none=True) does, without its per-call
         # profiler and dynamo wrappers (a few percent of a ~1 ms update;
         # docs/benchmarks.md).

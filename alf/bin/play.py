@@ -28,12 +28,13 @@ candidate's row of ``calibration.csv``).
 (so an episode of length L gives L frames): gymnasium's ``rgb_array``
 rendering, or
 MetaDrive's top-down view (for state-observation policies too). A ``.gif``
-is written with Pillow; an ``.mp4`` needs ``pip install 'alf[video]'``
+is written with Pillow; an ``.mp4`` needs the ``[video]`` extra
 (imageio with its ffmpeg binary).
 
 Exit codes: 0, 1 for a bad input (one line: a missing run, checkpoint,
 unwritable file), 130 on Ctrl-C.
 """
+import inspect
 import math
 import os
 import re
@@ -79,6 +80,9 @@ VIDEO_FORMATS = (".gif", ".mp4")
 #: The environments `play` can load, as the run's config made them.
 SPLITS = ("training", "held_out", "calibration")
 #: What a checkpoint that cannot be played leaves the user to do.
+#: How to add what recording needs, as the README installs alf.
+VIDEO_INSTALL = ("pip install -c constraints.txt -e '.[video]' in alf's "
+                 "checkout")
 PLAY_ADVICE = ("play another (--checkpoint latest, best or an env-step "
                "count) or with the config it was trained with")
 
@@ -185,21 +189,20 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     kwargs = {"render": True} if writer else {}
+    if writer and not _takes(load_fn, "render"):
+        name = getattr(load_fn, "__name__", repr(load_fn))
+        raise ConfigError(
+            f"{name} takes no 'render' argument, so it cannot record: give "
+            "it `render: bool = False` (True: environments whose render() "
+            "returns RGB frames), or play without --record_file")
     try:
         with env_fn.evaluation_environments():
             env = load_fn(cfg.env_name, num_envs=1, seed=seed,
                           asynchronous=False, **kwargs)
-    except TypeError as e:
-        if "render" not in str(e):
-            raise
-        name = getattr(load_fn, "__name__", repr(load_fn))
-        raise ConfigError(f"{name} takes no 'render' "
-                          "argument, so it cannot record; play without "
-                          "--record_file") from e
     except gym.error.DependencyNotInstalled as e:
         raise ConfigError(f"rendering {cfg.env_name} needs a package that "
-                          f"is missing ({one_line(e)}): pip install "
-                          "'alf[video]'") from e
+                          f"is missing ({one_line(e)}): {VIDEO_INSTALL}"
+                          ) from e
     check_environment(env, load_fn)
     assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:
@@ -299,7 +302,17 @@ def _require(*modules: str) -> None:
             importlib.import_module(name)
         except ImportError as e:
             raise ConfigError(f"--record_file needs {name.split('.')[0]}: "
-                              "pip install 'alf[video]'") from e
+                              f"{VIDEO_INSTALL}") from e
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read: let it try
+        return True
+    return name in params or any(p.kind is p.VAR_KEYWORD
+                                 for p in params.values())
 
 
 class _VideoWriter:

@@ -258,8 +258,9 @@ def _check_arguments(env_name: str, observation: str, num_envs: int,
                      num_scenarios: int,
                      observe_previous_action: bool) -> None:
     if importlib.util.find_spec("metadrive") is None:
-        raise AlfError("MetaDrive is not installed: pip install "
-                       "'alf[metadrive]' (metadrive-simulator)")
+        raise AlfError("MetaDrive is not installed: pip install -c "
+                       "constraints.txt -e '.[metadrive]' in alf's checkout "
+                       "(metadrive-simulator)")
     if env_name not in ENV_NAMES:
         raise AlfError(f"unknown MetaDrive environment {env_name!r}; "
                        f"known: {list(ENV_NAMES)}")

@@ -7,7 +7,7 @@ from torch import nn
 
 from alf.algorithms.algorithm import Algorithm, clip_grad_norm
 from alf.data_structures import LossInfo
-from alf.utils.errors import CheckpointError
+from alf.utils.errors import CheckpointError, ConfigError
 
 
 def _gen(seed):
@@ -102,6 +102,17 @@ def test_update_with_gradient_one_sgd_step():
             torch.testing.assert_close(p, p0)
         else:
             torch.testing.assert_close(p, p0 - 0.1 * p0.grad)
+
+
+def test_update_with_gradient_without_an_optimizer_is_refused():
+    """A user's algorithm that forgot add_optimizer trained nothing, for a
+    whole run, without a word."""
+    alg = TwoNets()
+    alg._optimizers.clear()
+    with pytest.raises(ConfigError, match=r"TwoNets\.update_with_gradient: "
+                       r"no optimizer is registered, so nothing would train; "
+                       r"register one in __init__ with self\.add_optimizer"):
+        alg.update_with_gradient(alg.loss(_x()))
 
 
 def test_update_with_gradient_clips_and_returns_norm():

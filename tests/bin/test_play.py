@@ -262,3 +262,22 @@ def test_deterministic_gap_reads_plays_mean_row(cart_pole_run):
     mean = [ln.split()[1:] for ln in lines if ln.split()[:1] == ["mean"]]
     assert list(got) == head[-1] == ["return", "length"]
     assert list(got.values()) == [float(v) for v in mean[-1]]
+
+
+def test_recording_needs_a_render_argument_of_the_load_function():
+    """--record_file asks the run's load function for environments that
+    render; one without the argument is refused before it is called."""
+    import gin
+
+    from alf.bin.play import _takes
+    from alf.environments import suite_gym, straggler
+
+    def mine(env_name, num_envs, seed, asynchronous):
+        pass
+
+    assert not _takes(mine, "render")
+    assert _takes(lambda *a, **kw: None, "render")  # passes it on
+    assert _takes(suite_gym.load, "render")
+    assert _takes(straggler.straggler_load, "render")
+    assert _takes(gin.external_configurable(mine, "mine_q"), "render") is \
+        False
