@@ -175,6 +175,10 @@ def make_sides(a_params: Sequence[str] = (), b_params: Sequence[str] = (),
     return a, b
 
 
+# A binding of the seed, which each run's own seed would override.
+_SEED_BINDING = re.compile(r"\s*TrainerConfig\.seed\s*=")
+
+
 def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
                 sides: Sequence[Side]) -> Dict[str, int]:
     """Parses each side's config and checks that its sizes divide among its
@@ -188,6 +192,13 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
         AlfError: naming the side and the problem.
     """
     from alf.trainers import TrainerConfig, parse_config
+    given = [("--gin_param", p) for p in gin_params] + [
+        (f"--{flag}_param", p) for flag, side in zip("ab", sides)
+        for p in side.params]
+    for flag, param in given:
+        if _SEED_BINDING.match(param):
+            raise AlfError(f"{flag} {param}: compare sets each run's "
+                           "TrainerConfig.seed (0 to --seeds - 1); drop it")
     steps = {}
     for side in sides:
         try:

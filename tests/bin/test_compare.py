@@ -374,6 +374,12 @@ def test_sizes_that_do_not_divide_are_refused_before_any_run(tmp_path, extra,
      "for average_return"),
     (["--tol_abs=-1"], "--tol_abs=-1; it must be 0 or more\n"),
     (["--tol_rel=-0.1"], "--tol_rel=-0.1; it must be 0 or more\n"),
+    # Each run's own seed, appended last, would override it unseen.
+    (["--b_param", "TrainerConfig.seed=7"], "--b_param TrainerConfig.seed=7: "
+     "compare sets each run's TrainerConfig.seed (0 to --seeds - 1); drop "
+     "it\n"),
+    (["--gin_param", " TrainerConfig.seed = 7"], "--gin_param  "
+     "TrainerConfig.seed = 7: compare sets"),
 ])
 def test_bad_sides_are_one_line_errors(tmp_path, args, message):
     res = _run_tool(tmp_path / "r", extra=args)
