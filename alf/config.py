@@ -161,6 +161,24 @@ def _check_values() -> None:
             raise ConfigError(
                 f"bad gin configuration: {binding} = {value!r}; expected one "
                 f"of {', '.join(repr(v) for v in valid)}")
+    for binding in _CALLED_LATER:
+        try:
+            value = gin.query_parameter(binding)
+        except ValueError:
+            continue
+        if getattr(value, "evaluate", False):  # `@X()`: gin calls X itself
+            name = str(value)[:-2]
+            raise ConfigError(
+                f"bad gin configuration: {binding} = {value}; bind {name} "
+                f"itself, without (): the trainer calls it with what it "
+                "needs (the spaces, the environments' count and seed)")
+
+
+# Bindings that the trainer calls: `@X()` would make gin call X, with none of
+# its arguments, when the config is built.
+_CALLED_LATER = ("TrainerConfig.algorithm_ctor", "TrainerConfig.env_load_fn",
+                 "TrainerConfig.held_out_env_load_fn",
+                 "TrainerConfig.calibration_env_load_fn")
 
 
 _search_paths: Set[str] = set()  # folders given to gin.add_config_file_search_path

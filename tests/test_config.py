@@ -1,6 +1,7 @@
 """Tests of alf/config.py: gin-file lookup and config parsing errors."""
 import logging
 import os
+import re
 
 import gin
 import pytest
@@ -95,6 +96,18 @@ def test_unknown_configurable_says_how_ones_own_becomes_known():
     assert str(info.value).endswith(
         "must be decorated with @alf.configurable, and the gin file must "
         "import its module (a line `import mypackage.mymodule`)")
+
+
+@pytest.mark.parametrize("binding", [
+    "TrainerConfig.algorithm_ctor=@PPOAlgorithm()",
+    "TrainerConfig.env_load_fn=@suite_gym.load()"])
+def test_a_called_reference_where_the_trainer_calls_is_one_line(binding):
+    """Before, gin called it without arguments when the config was built:
+    a 40-line traceback."""
+    name, value = binding.split("=")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{name} = {value}; bind {value[:-2]} itself, without ()")):
+        parse_config([EXAMPLE], [binding])
 
 
 @pytest.mark.parametrize("code, raised", [
