@@ -42,10 +42,12 @@ def define_flags() -> None:
                       "processes (gloo).")
     flags.DEFINE_integer("num_processes", 2, "Processes for --distributed "
                          "multi-process.", lower_bound=1)
-    flags.DEFINE_integer("max_restarts", 0, "With --distributed: how many "
-                         "times a run whose rank crashed, was killed or "
-                         "stalled starts all ranks again, resuming from the "
-                         "last checkpoint.", lower_bound=0)
+    flags.DEFINE_integer("max_restarts", 0, "How many times a run whose "
+                         "process (with --distributed: any rank) crashed, "
+                         "was killed or stalled is started again (all "
+                         "ranks), resuming from the last checkpoint; a "
+                         "single process then runs under the launcher "
+                         "too.", lower_bound=0)
     flags.DEFINE_float("stop_grace", 120.0, "With --distributed: seconds the "
                        "ranks get to finish their iteration and save a "
                        "checkpoint after Ctrl-C, SIGTERM or SIGHUP; past it, "

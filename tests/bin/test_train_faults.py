@@ -192,6 +192,20 @@ def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_a_single_process_restarts_too(tmp_path):
+    """Without --distributed the one process runs under the launcher, as
+    --max_restarts' help says, and is started again after it is killed."""
+    steps = 3_072
+    run, root = _start(tmp_path, steps, extra=["--max_restarts", "1"])
+    _wait_for_checkpoint(root)
+    os.kill(rank_pids(run.proc.pid)[0], signal.SIGKILL)
+    assert run.finish(timeout=180) == 0, run.out[-3000:]
+    assert "restart 1 of 1" in run.out and "resumed from" in run.out
+    _assert_finished(root, steps)
+    _assert_nothing_left(run, tmp_path)
+
+
+@pytest.mark.timeout(240)
 def test_a_killed_actor_restarts_every_rank_as_a_killed_rank_does(tmp_path):
     """Asynchronous collection: an actor the kernel killed (out of memory)
     is a failure to restart from, as a dead environment worker of lock-step
