@@ -301,6 +301,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
     # Unrolls ended early: shorter (sync), or with environments ended at
     # steps of their own (async, `OnPolicyAlgorithm.unroll_lengths`).
     preemptible_unroll_modes = ("sync", "async")
+    divided_config_sizes = ("minibatch_size", )
     # A categorical or a Gaussian policy (`ActorDistributionNetwork`).
     supported_action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
 

@@ -45,6 +45,12 @@ class RLAlgorithm(Algorithm):
     #: Appended to the refusal of an unsupported action space, e.g. the
     #: algorithm to use instead.
     action_space_hint: str = ""
+    #: The global `TrainerConfig` sizes this algorithm divides among the
+    #: ranks (it reads their ``local_*`` shares): each must be a multiple
+    #: of the number of processes (``num_envs`` always is). All of them by
+    #: default; one that uses none declares ``()``.
+    divided_config_sizes: Tuple[str, ...] = (
+        "minibatch_size", "initial_collect_steps", "replay_buffer_capacity")
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space,
                  config, normalize_observations: bool = False):

@@ -26,7 +26,9 @@ from alf.utils.value_ops import generalized_advantage_estimation
 
 @alf.configurable
 class ExampleA2C(OnPolicyAlgorithm):
-    """Advantage actor-critic with GAE, one update per unroll.
+    """Advantage actor-critic with GAE, one update per unroll (of the whole
+    unroll: no minibatches, so ``TrainerConfig.minibatch_size`` need not
+    divide among the processes).
 
     Args:
         observation_space, action_space, config: given by the trainer.
@@ -37,6 +39,8 @@ class ExampleA2C(OnPolicyAlgorithm):
         entropy_coef: weight of the entropy bonus.
         max_grad_norm: gradient-norm clipping.
     """
+
+    divided_config_sizes = ()  # RLAlgorithm's: the sizes it splits by rank
 
     def __init__(self, observation_space, action_space, config,
                  learning_rate: float = 1e-3, gamma: float = 0.99,

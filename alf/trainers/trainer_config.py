@@ -389,8 +389,13 @@ class TrainerConfig:
                 "preempt_stragglers=True; drop one of them")
 
     def _check_divides(self, world_size: int) -> None:
-        """Refuses global sizes that do not divide among ``world_size``."""
-        for name in _DIVIDED:
+        """Refuses global sizes that do not divide among ``world_size``:
+        ``num_envs`` and those the algorithm divides
+        (``divided_config_sizes``; all of them for an algorithm that does
+        not say)."""
+        used = getattr(self.algorithm_ctor, "divided_config_sizes",
+                       _DIVIDED)
+        for name in ("num_envs", *(n for n in _DIVIDED if n in used)):
             if getattr(self, name) % world_size:
                 raise ConfigError(
                     f"TrainerConfig.{name}={getattr(self, name)} does not "

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from alf.algorithms.ppo_algorithm import PPOAlgorithm
+from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.trainers import parse_config
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import deprecation
@@ -128,6 +129,24 @@ def test_a_size_that_does_not_divide_among_the_ranks_is_refused():
         cfg.per_rank(2)
     assert str(info.value) == ("TrainerConfig.num_envs=3 does not divide "
                                "among 2 processes; use a multiple of 2")
+
+
+def test_only_the_sizes_the_algorithm_divides_must_divide():
+    """An algorithm without minibatches (the example A2C) trains on 3
+    processes with the default minibatch_size=256; PPO does not, and an
+    algorithm that does not say is held to every size."""
+    from alf.examples.custom_algorithm import ExampleA2C
+
+    class Unsaid(ExampleA2C):
+        divided_config_sizes = RLAlgorithm.divided_config_sizes
+
+    TrainerConfig(algorithm_ctor=ExampleA2C, num_envs=6).per_rank(3)
+    for ctor in (PPOAlgorithm, Unsaid):
+        with pytest.raises(ConfigError, match="TrainerConfig.minibatch_size="
+                           "256 does not divide among 3 processes"):
+            TrainerConfig(algorithm_ctor=ctor, num_envs=6).per_rank(3)
+    with pytest.raises(ConfigError, match="num_envs=4 does not divide"):
+        TrainerConfig(algorithm_ctor=ExampleA2C, num_envs=4).per_rank(3)
 
 
 @pytest.mark.parametrize("kw", [
