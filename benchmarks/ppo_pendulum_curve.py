@@ -23,8 +23,9 @@ def main():
     print(f"runs in {root}")
     print_curves(results)
     for seed, curve in sorted(results.items()):
-        print(f"seed {seed}: first return >= -200 at "
-              f"{first_reaching(curve, -200)} env steps; best "
+        reach = first_reaching(curve, -200)
+        when = ("never" if reach is None else f"at {reach} env steps")
+        print(f"seed {seed}: first return >= -200 {when}; best "
               f"{max(curve['average_return']):.1f}; final "
               f"{curve['average_return'][-1]:.1f} (a random policy scores "
               "about -1200)")
