@@ -24,6 +24,7 @@ from alf.data_structures import TimeStep
 # it moved to alf.environments.batched.
 from alf.environments.batched import BatchedEnvironment
 from alf.environments.env_fn import EnvFn, in_environment_process
+from alf.utils import process
 from alf.utils.errors import AlfError
 
 __all__ = ["load", "GymEnvironment", "check_env_id"]
@@ -99,6 +100,16 @@ def _merge_final(obs, final_obs: np.ndarray, mask: np.ndarray):
     return merged
 
 
+class EnvironmentWorkerDied(AlfError):
+    """An environment's worker process died (killed, out of memory, a
+    crash in native code): restarting from the last checkpoint may help."""
+    retryable = True
+
+
+# What a pipe to a dead worker raises.
+_DEAD_PIPE = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
 class GymEnvironment(BatchedEnvironment):
     """A gymnasium vector env as a `BatchedEnvironment`.
 
@@ -137,7 +148,7 @@ class GymEnvironment(BatchedEnvironment):
         """
         if seed is None:
             seed, self._first_seed = self._first_seed, None
-        obs, _ = self._env.reset(seed=seed)
+        obs, _ = self._call(self._env.reset, seed=seed)
         zeros = torch.zeros(self.num_envs)
         false = torch.zeros(self.num_envs, dtype=torch.bool)
         return TimeStep(self._obs(obs), zeros, false, false.clone())
@@ -160,7 +171,8 @@ class GymEnvironment(BatchedEnvironment):
         a = action.cpu().numpy()
         if self._clip is not None:
             a = np.clip(a, *self._clip)
-        obs, reward, terminated, truncated, info = self._env.step(a)
+        obs, reward, terminated, truncated, info = self._call(self._env.step,
+                                                              a)
         final, episode_info = None, {}
         if "_final_obs" in info and info["_final_obs"].any():
             final = self._obs(_merge_final(obs, info["final_obs"],
@@ -192,7 +204,46 @@ class GymEnvironment(BatchedEnvironment):
 
     def close(self):
         """Closes the sub-environments (and their subprocesses, if any)."""
-        self._env.close()
+        if self._dead:
+            self._abandon()
+        else:
+            self._env.close()
+
+    _dead = False
+
+    def _call(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the vector env; a worker that died
+        (its pipe broke) is an `EnvironmentWorkerDied` naming it."""
+        try:
+            return fn(*args, **kwargs)
+        except _DEAD_PIPE as e:
+            self._dead = True
+            procs = getattr(self._env, "processes", [])
+            dead = [(i, p.exitcode) for i, p in enumerate(procs)
+                    if not p.is_alive()]
+            which = "; ".join(f"environment worker {i} of {len(procs)} "
+                              f"{process.describe_exit(code)}"
+                              for i, code in dead) or (
+                                  f"an environment worker's pipe broke "
+                                  f"({type(e).__name__})")
+            raise EnvironmentWorkerDied(which) from e
+
+    def _abandon(self) -> None:
+        """Ends the workers of a vector env that lost one: its own close
+        would wait forever for answers to a step broken off. SIGKILL: they
+        ignore SIGTERM (a job's stop must not end them before the trainer
+        checkpoints), hold nothing worth saving, and one left alive would
+        print a traceback when its pipe closes."""
+        vec: Any = self._env  # an AsyncVectorEnv: only its pipes can break
+        for p in vec.processes:
+            if p.is_alive():
+                p.kill()
+        for pipe in vec.parent_pipes:
+            if pipe is not None:
+                pipe.close()
+        for p in vec.processes:
+            p.join(timeout=10)
+        vec.closed = True  # its __del__ must not try again
 
 
 @gin.configurable(module="suite_gym")

@@ -3,6 +3,7 @@ preemption signals, a killed rank (with and without restarts, built-in
 launcher and torchrun), a stalled rank, a killed launcher."""
 import glob
 import os
+import re
 import signal
 import sys
 import time
@@ -201,6 +202,27 @@ def test_a_single_process_restarts_too(tmp_path):
     os.kill(rank_pids(run.proc.pid)[0], signal.SIGKILL)
     assert run.finish(timeout=180) == 0, run.out[-3000:]
     assert "restart 1 of 1" in run.out and "resumed from" in run.out
+    _assert_finished(root, steps)
+    _assert_nothing_left(run, tmp_path)
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_environment_worker_is_one_line_then_a_restart(tmp_path):
+    """A gymnasium worker killed (out of memory): before, a single process
+    printed a traceback and then waited forever in closing the others."""
+    steps = 3_072
+    run, root = _start(tmp_path, steps, extra=["--max_restarts", "1"],
+                       params=["TrainerConfig.async_env=True"])
+    _wait_for_checkpoint(root)
+    rank = rank_pids(run.proc.pid)[0]
+    workers = [c for c in children(rank)
+               if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+    assert workers, run.out
+    os.kill(workers[0], signal.SIGKILL)
+    assert run.finish(timeout=180) == 0, run.out[-3000:]
+    assert re.search(r"error: environment worker 0 of \d+ was killed by "
+                     "SIGKILL", run.out), run.out[-3000:]
+    assert "restart 1 of 1" in run.out and "Traceback" not in run.out
     _assert_finished(root, steps)
     _assert_nothing_left(run, tmp_path)
 

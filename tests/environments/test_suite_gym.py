@@ -10,8 +10,11 @@ steps. A seeded reset draws the first episode index from the environment's
 RNG; every later reset increments it.
 """
 import ctypes
+import os
+import re
 import signal
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -371,3 +374,27 @@ def test_trainer_unroll_stores_true_transitions(tmp_path,
         assert trainer.algorithm.replay_buffer.num_steps == 0
     finally:
         trainer._close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", ["step", "reset"])
+def test_a_killed_worker_is_a_retryable_error_and_close_ends_the_rest(
+        envs, call):
+    """Before, gymnasium's broken pipe surfaced as a traceback, and closing
+    the environments waited forever for a step's answers."""
+    env = envs("CartPole-v1", num_envs=3, asynchronous=True)
+    env.reset(seed=0)
+    workers = list(env._env.processes)
+    os.kill(workers[1].pid, signal.SIGKILL)
+    workers[1].join(10)
+    with pytest.raises(suite_gym.EnvironmentWorkerDied, match=re.escape(
+            "environment worker 1 of 3 was killed by SIGKILL")) as info:
+        if call == "step":
+            env.step(torch.zeros(3, dtype=torch.long))
+        else:
+            env.reset(seed=1)
+    assert info.value.retryable
+    start = time.time()
+    env.close()
+    assert time.time() - start < 15
+    assert not any(w.is_alive() for w in workers)
