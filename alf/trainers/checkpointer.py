@@ -6,7 +6,8 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Dict, Optional
+import time
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 
@@ -86,13 +87,46 @@ class Checkpointer:
     def best(self) -> Optional[Dict[str, Any]]:
         """``best.json``'s record (``env_steps``, ``metric``, ``value``,
         and ``path``), or None before any best checkpoint."""
+        info = self._best_info()
+        path = os.path.join(self.ckpt_dir, BEST)
+        return (dict(info, path=path) if info is not None
+                and os.path.exists(path) else None)
+
+    def set_aside_best(self, env_steps: int) -> Optional[str]:
+        """Moves ``best.pt`` and ``best.json`` to
+        ``best-discarded-<time>.pt`` and ``.json`` if the best evaluation
+        was after ``env_steps``: a run resumed at ``env_steps`` discards
+        the training it came from (as it sets aside ``eval.csv``'s rows
+        after ``env_steps``), so its best starts afresh.
+
+        Returns:
+            Where ``best.pt`` went, or None if nothing was moved.
+        """
+        info = self._best_info()
+        try:
+            if info is None or not info["env_steps"] > env_steps:
+                return None
+        except (KeyError, TypeError):  # not alf's record: leave it be
+            return None
+        stem = aside_name(self.ckpt_dir, "best-discarded", (".pt", ".json"))
+        # best.pt first: a crash in between leaves best.json without its
+        # checkpoint, which `best` ignores; the other way round a new best
+        # would overwrite the discarded best.pt.
+        for name, ext in ((BEST, ".pt"), (BEST_INFO, ".json")):
+            path = os.path.join(self.ckpt_dir, name)
+            if os.path.exists(path):
+                os.replace(path, stem + ext)
+        return stem + ".pt"
+
+    def _best_info(self) -> Optional[Dict[str, Any]]:
+        """``best.json``'s record as written, or None without a readable
+        one."""
         try:
             with open(os.path.join(self.ckpt_dir, BEST_INFO), "r") as f:
                 info = json.load(f)
         except (OSError, ValueError):
             return None
-        path = os.path.join(self.ckpt_dir, BEST)
-        return dict(info, path=path) if os.path.exists(path) else None
+        return info if isinstance(info, dict) else None
 
     def _write(self, state: Dict[str, Any], path: str) -> None:
         tmp = path + ".tmp"
@@ -143,6 +177,19 @@ class Checkpointer:
                 f"checkpoint {path} is not a checkpoint of this trainer "
                 f"({problem}); {advice or _resume_advice(path)}")
         return state
+
+
+def aside_name(folder: str, stem: str, extensions: Sequence[str]) -> str:
+    """``FOLDER/<stem>-<time>``, or with ``-2``, ``-3``... appended, the
+    first for which no file with any of ``extensions`` exists: where to
+    move files aside without overwriting what an earlier one moved there.
+    """
+    base = os.path.join(folder, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    name, n = base, 1
+    while any(os.path.exists(name + ext) for ext in extensions):
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def _resume_advice(path: str) -> str:

@@ -6,7 +6,8 @@ decides what goes into them and puts it back.
 """
 import math
 import os
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+import re
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gin
 import torch
@@ -14,7 +15,8 @@ from absl import logging
 
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.config import qualify_saved_selectors
-from alf.trainers.checkpointer import Checkpointer, describe_mismatch
+from alf.trainers.checkpointer import (Checkpointer, aside_name,
+                                      describe_mismatch)
 from alf.trainers.episode_stats import EpisodeStats
 from alf.utils import distributed
 from alf.utils.errors import AlfError, CheckpointError, ConfigError
@@ -99,7 +101,9 @@ class RunState:
 
     def restore(self) -> Optional[Resumed]:
         """Loads the latest checkpoint into the algorithm, its optimizers
-        and the episode count, on every rank (a collective).
+        and the episode count, on every rank (a collective). Rank 0 moves
+        a ``best.pt`` from after the checkpoint aside
+        (`Checkpointer.set_aside_best`).
 
         Returns:
             The counters to resume from, or None without a checkpoint.
@@ -124,6 +128,7 @@ class RunState:
         if error is not None:
             raise error
         if state is None:
+            self._set_aside_discarded_best(0)
             return None
         alg = self._algorithm
         load_weights(alg, state["algorithm"], path, RESUME_ADVICE)
@@ -140,7 +145,23 @@ class RunState:
         if self._is_chief:
             logging.info("resumed from %s (iteration %d, %d env steps)", path,
                          resumed.iteration, resumed.env_steps)
+        self._set_aside_discarded_best(resumed.env_steps)
         return resumed
+
+    def _set_aside_discarded_best(self, env_steps: int) -> None:
+        """On rank 0, moves ``best.pt`` aside if its evaluation came from
+        training after ``env_steps``, which the resumed run discards: it
+        must neither be played as this run's best nor be what this run's
+        evaluations have to beat."""
+        if not self._is_chief:
+            return
+        aside = self.checkpointer.set_aside_best(env_steps)
+        if aside:
+            self._best = None  # read best.json again: there is none now
+            logging.warning(
+                "the best checkpoint came from training beyond %d env steps, "
+                "which this run discards; moved it to %s (and its record "
+                "beside it); the best starts afresh", env_steps, aside)
 
     def keep_best(self, metrics: Dict[str, float],
                   state: Optional[dict] = None,
@@ -181,24 +202,65 @@ class RunState:
             self.checkpointer.save_best(state, taken_at, name, value)
 
     def save_operative_config(self, env_steps: int) -> None:
-        """Writes gin's operative config to ``ROOT_DIR/config.gin``; a
-        resumed run whose config differs writes
-        ``config-resumed-<env_steps>.gin`` instead."""
+        """Writes gin's operative config to ``ROOT_DIR/config.gin``; a run
+        resumed at ``env_steps`` with another config than the one it
+        resumes writes ``config-resumed-<env_steps>.gin`` instead.
+
+        ``alf.bin.play`` rebuilds a checkpoint with the record of the last
+        resume before it, so the records of resumes at or after
+        ``env_steps`` (whose training this run discards, or which this run
+        replaces) move to ``config-resumed-<S>-superseded-<time>.gin``,
+        unless one at ``env_steps`` is this config: nothing is overwritten.
+        """
         text = gin.operative_config_str()
         path = os.path.join(self.root_dir, "config.gin")
         if os.path.exists(path):
-            with open(path) as f:
-                if (qualify_saved_selectors(f.read()) ==
-                        qualify_saved_selectors(text)):
-                    return
-            # Never overwrite what an earlier run wrote.
+            # What alf.bin.play would rebuild this run's checkpoints with.
+            resumed_with = path
+            for steps, record in _resumed_configs(self.root_dir):
+                if steps < env_steps or (steps == env_steps and
+                                         _same_config(record, text)):
+                    resumed_with = record
+                    continue
+                aside = aside_name(self.root_dir,
+                                   f"config-resumed-{steps}-superseded",
+                                   (".gin",)) + ".gin"
+                os.replace(record, aside)
+                logging.warning("%s is the config of training this run "
+                                "discards or replaces; moved it to %s",
+                                record, aside)
+            if _same_config(resumed_with, text):
+                return
             path = os.path.join(self.root_dir,
                                 f"config-resumed-{env_steps}.gin")
-            logging.warning("the config differs from %s/config.gin; saving "
-                            "this run's as %s", self.root_dir, path)
+            logging.warning("the config differs from %s; saving this run's "
+                            "as %s", resumed_with, path)
         with open(path + ".tmp", "w") as f:
             f.write(text)
         os.replace(path + ".tmp", path)
+
+
+#: The name of a resumed run's config (as ``alf.bin.play`` finds it).
+_RESUMED_CONFIG = re.compile(r"config-resumed-(\d+)\.gin")
+
+
+def _resumed_configs(root_dir: str) -> List[Tuple[int, str]]:
+    """The ``config-resumed-S.gin`` files of a run, ``(S, path)`` by S."""
+    found = []
+    for name in os.listdir(root_dir):
+        m = _RESUMED_CONFIG.fullmatch(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(root_dir, name)))
+    return sorted(found)
+
+
+def _same_config(path: str, text: str) -> bool:
+    """Whether the saved config ``path`` is the operative config ``text``
+    (an older run's bare ``load`` selectors read as alf spells them now).
+    """
+    with open(path) as f:
+        return qualify_saved_selectors(f.read()) == qualify_saved_selectors(
+            text)
 
 
 def check_best_metric(name: Optional[str],

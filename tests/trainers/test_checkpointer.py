@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from alf.trainers.checkpointer import Checkpointer
+from alf.trainers.checkpointer import Checkpointer, aside_name
 from alf.utils.errors import CheckpointError
 
 
@@ -215,3 +215,45 @@ def test_other_write_errors_and_interrupts_also_remove_tmp(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         ckpt.save(_state(1), 1)
     assert _names(tmp_path) == []
+
+
+def test_set_aside_best_moves_only_a_later_best_and_never_overwrites(
+        tmp_path, monkeypatch):
+    c = Checkpointer(str(tmp_path))
+    assert c.set_aside_best(0) is None  # no best yet
+    c.save_best(_state(400), 400, "average_return", 9.0)
+    assert c.set_aside_best(400) is None  # evaluated at the checkpoint
+    assert c.best()["env_steps"] == 400
+    # Two set-asides within one second get different names.
+    monkeypatch.setattr("time.strftime", lambda fmt: "20260101-000000")
+    first = c.set_aside_best(300)
+    assert first == str(tmp_path / "best-discarded-20260101-000000.pt")
+    assert c.best() is None
+    c.save_best(_state(500), 500, "average_return", 3.0)
+    second = c.set_aside_best(300)
+    assert second == str(tmp_path / "best-discarded-20260101-000000-2.pt")
+    assert torch.load(first, weights_only=True)["counters"]["env_steps"] == 400
+    assert torch.load(second, weights_only=True)["counters"]["env_steps"] == 500
+    assert _names(tmp_path) == [
+        "best-discarded-20260101-000000-2.json",
+        "best-discarded-20260101-000000-2.pt",
+        "best-discarded-20260101-000000.json",
+        "best-discarded-20260101-000000.pt"]
+
+
+@pytest.mark.parametrize("record", ["not json", "[1]", '{"value": 1.0}',
+                                    '{"env_steps": "x"}'])
+def test_set_aside_best_leaves_a_record_it_cannot_read(tmp_path, record):
+    (tmp_path / "best.json").write_text(record)
+    assert Checkpointer(str(tmp_path)).set_aside_best(0) is None
+    assert _names(tmp_path) == ["best.json"]
+
+
+def test_aside_name_skips_a_name_taken_by_any_extension(tmp_path,
+                                                        monkeypatch):
+    monkeypatch.setattr("time.strftime", lambda fmt: "T")
+    (tmp_path / "x-T.json").write_text("")
+    (tmp_path / "x-T-2.pt").write_text("")
+    assert aside_name(str(tmp_path), "x", (".pt", ".json")) == str(
+        tmp_path / "x-T-3")
+    assert aside_name(str(tmp_path), "x", (".gin",)) == str(tmp_path / "x-T")

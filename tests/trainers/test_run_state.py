@@ -162,3 +162,136 @@ def test_an_older_runs_config_with_bare_selectors_is_the_same_config(tmp_path):
         assert sorted(os.listdir(tmp_path)) == ["config.gin"]
     finally:
         gin.clear_config()
+
+
+def _save_config(run_state, monkeypatch, text, env_steps):
+    """``save_operative_config`` where gin's operative config is ``text``."""
+    monkeypatch.setattr(gin, "operative_config_str", lambda: text)
+    run_state.save_operative_config(env_steps)
+
+
+def _read(root, name):
+    return (root / name).read_text()
+
+
+def test_a_second_resume_from_the_same_step_supersedes_the_first(
+        tmp_path, monkeypatch):
+    """Two resumes from one checkpoint with other configs: the first one's
+    record is moved aside, never overwritten, and alf.bin.play rebuilds the
+    checkpoints after it with the last resume's config."""
+    from alf.bin.play import run_config
+    run_state = _run_state(tmp_path)
+    _save_config(run_state, monkeypatch, "lr = 0.001\n", 0)
+    _save_config(run_state, monkeypatch, "lr = 0.0003\n", 12032)
+    _save_config(run_state, monkeypatch, "lr = 0.0003\n", 12032)  # again
+    assert sorted(os.listdir(tmp_path)) == ["config-resumed-12032.gin",
+                                            "config.gin"]
+    _save_config(run_state, monkeypatch, "lr = 0.002\n", 12032)
+    superseded = [n for n in os.listdir(tmp_path) if "superseded" in n]
+    assert len(superseded) == 1
+    assert superseded[0].startswith("config-resumed-12032-superseded-")
+    assert _read(tmp_path, superseded[0]) == "lr = 0.0003\n"
+    assert _read(tmp_path, "config-resumed-12032.gin") == "lr = 0.002\n"
+    assert _read(tmp_path, "config.gin") == "lr = 0.001\n"
+    assert open(run_config(str(tmp_path), 12064)).read() == "lr = 0.002\n"
+    assert open(run_config(str(tmp_path), 12032)).read() == "lr = 0.001\n"
+    # A third resume from there with config.gin's config: the record of
+    # the second moves aside too (under another name), and play finds
+    # config.gin again.
+    _save_config(run_state, monkeypatch, "lr = 0.001\n", 12032)
+    superseded = sorted(n for n in os.listdir(tmp_path) if "superseded" in n)
+    assert sorted(_read(tmp_path, n) for n in superseded) == [
+        "lr = 0.0003\n", "lr = 0.002\n"]
+    assert not (tmp_path / "config-resumed-12032.gin").exists()
+    assert run_config(str(tmp_path), 12064) == str(tmp_path / "config.gin")
+
+
+def test_a_resume_before_a_later_resume_supersedes_its_record(
+        tmp_path, monkeypatch):
+    """A run resumed at 100 with another config (record 100), resumed at
+    200 with a third (record 200), then resumed from 150 (newer checkpoints
+    gone): the record at 200 describes discarded training and moves aside;
+    the new run's config is compared with the one it resumes (record 100).
+    """
+    from alf.bin.play import run_config
+    run_state = _run_state(tmp_path)
+    _save_config(run_state, monkeypatch, "a\n", 0)
+    _save_config(run_state, monkeypatch, "b\n", 100)
+    _save_config(run_state, monkeypatch, "c\n", 200)
+    _save_config(run_state, monkeypatch, "b\n", 150)  # record 100's config
+    names = sorted(os.listdir(tmp_path))
+    assert names[:2] == ["config-resumed-100.gin",
+                         "config-resumed-200-superseded-" + names[1][30:]]
+    assert names[2:] == ["config.gin"]
+    assert _read(tmp_path, names[1]) == "c\n"
+    assert open(run_config(str(tmp_path), 300)).read() == "b\n"
+    # Resumed from 150 with config.gin's config: play must not find b.
+    _save_config(run_state, monkeypatch, "a\n", 150)
+    assert _read(tmp_path, "config-resumed-150.gin") == "a\n"
+    assert open(run_config(str(tmp_path), 300)).read() == "a\n"
+
+
+def _best_run_state(root, monkeypatch):
+    r = _run_state(root, best_metric="average_return")
+    monkeypatch.setattr(r, "state",
+                        lambda iteration, env_steps: {"at": env_steps})
+    return r
+
+
+def test_a_resume_sets_aside_a_best_from_the_discarded_training(
+        tmp_path, monkeypatch):
+    """best.pt evaluated after the checkpoint resumed from comes from
+    training the resumed run discards: it moves aside with its record (as
+    eval.csv's later rows do) and the resumed run's best starts afresh."""
+    ckpt = tmp_path / "ckpt"
+    first = _run_state(tmp_path, best_metric="average_return")
+    first.save(iteration=3, env_steps=300)
+    monkeypatch.setattr(first, "state",
+                        lambda iteration, env_steps: {"at": env_steps})
+    first.keep_best({"average_return": 9.0})
+    first.save_best(4, 400)  # killed before the checkpoint at 500
+    resumed = _best_run_state(tmp_path, monkeypatch)
+    assert resumed.restore().env_steps == 300
+    assert resumed.checkpointer.best() is None
+    aside = sorted(n for n in os.listdir(ckpt) if n.startswith("best"))
+    assert len(aside) == 2 and aside[0].startswith("best-discarded-")
+    assert aside == [aside[0], aside[0][:-5] + ".pt"]
+    assert torch.load(ckpt / aside[1], weights_only=True) == {"at": 400}
+    assert '"env_steps": 400' in (ckpt / aside[0]).read_text()
+    resumed.keep_best({"average_return": 5.0})  # below the discarded 9
+    resumed.save_best(4, 400)
+    best = resumed.checkpointer.best()
+    assert (best["env_steps"], best["value"]) == (400, 5.0)
+    # The same once more: a second set of names, the first one kept.
+    assert _best_run_state(tmp_path, monkeypatch).restore().env_steps == 300
+    assert len([n for n in os.listdir(ckpt) if n.startswith("best")]) == 4
+    assert resumed.checkpointer.best() is None
+
+
+def test_a_resume_keeps_a_best_from_the_kept_training(tmp_path, monkeypatch):
+    """best.pt evaluated at or before the checkpoint stays the run's best."""
+    first = _run_state(tmp_path, best_metric="average_return")
+    first.keep_best({"average_return": 9.0})
+    first.save_best(3, 300)
+    first.save(3, 300)
+    resumed = _best_run_state(tmp_path, monkeypatch)
+    assert resumed.restore().env_steps == 300
+    assert resumed.checkpointer.best()["env_steps"] == 300
+    resumed.keep_best({"average_return": 8.0})
+    resumed.save_best(4, 400)
+    assert resumed.checkpointer.best()["value"] == 9.0
+    assert sorted(os.listdir(tmp_path / "ckpt")) == [
+        "best.json", "best.pt", "ckpt-300.pt"]
+
+
+def test_a_start_without_checkpoint_sets_aside_an_earlier_best(
+        tmp_path, monkeypatch):
+    """A run that failed before its first checkpoint is trained again from
+    the start: its best.pt is from discarded training."""
+    first = _best_run_state(tmp_path, monkeypatch)
+    first.keep_best({"average_return": 9.0})
+    first.save_best(1, 100)
+    assert _best_run_state(tmp_path, monkeypatch).restore() is None
+    names = sorted(os.listdir(tmp_path / "ckpt"))
+    assert [n.rsplit(".", 1)[1] for n in names] == ["json", "pt"]
+    assert all(n.startswith("best-discarded-") for n in names)
