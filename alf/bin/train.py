@@ -103,6 +103,14 @@ def _train_under_torchrun(root_dir: str) -> int:
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if rank != 0:
         logging.set_verbosity(logging.WARNING)
+    # torchrun's agent killed outright leaves its workers to train on
+    # unattended (holding the run's lock): as under alf's own launcher,
+    # the kernel then stops them with a SIGTERM, which checkpoints.
+    process.die_with_parent(signal.SIGTERM)
+    if os.getppid() == 1:  # the agent died before that took effect
+        print(f"alf.bin.train: rank {rank}: torchrun's agent is gone; not "
+              "starting", file=sys.stderr, flush=True)
+        return EXIT_ERROR
     try:
         with distributed.process_group(rank, world, backend, use_env=True):
             try:

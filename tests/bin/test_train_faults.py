@@ -284,6 +284,21 @@ def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
 
 
 @pytest.mark.timeout(200)
+def test_ranks_do_not_outlive_a_killed_torchrun_agent(tmp_path):
+    """Before, the workers trained on unattended to the end of their
+    budget, holding the run's lock; now they checkpoint and exit."""
+    root = tmp_path / "run"
+    run, _ = _start(tmp_path, 0, cmd=_torchrun_cmd(root, ENDLESS))
+    _wait_for_checkpoint(root)
+    os.kill(run.proc.pid, signal.SIGKILL)
+    assert_no_process_left(run.proc.pid, seconds=60)
+    for t in run._readers:
+        t.join(5)
+    assert "SIGTERM: stopped at" in run.out, run.out[-3000:]
+    assert not (root / ".alf-run.lock").exists()
+
+
+@pytest.mark.timeout(200)
 def test_a_stalled_rank_is_named_under_torchrun(tmp_path):
     cmd = _torchrun_cmd(tmp_path / "run", ENDLESS,
                         ["collective_timeout.seconds=5"])
