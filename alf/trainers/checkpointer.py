@@ -213,15 +213,30 @@ def free_space(folder: str) -> str:
         return "free space unknown"
 
 
+#: A write into ROOT_DIR that fails for these is the disk's (or the
+#: files' permissions') fault, not a bug; and what the user can do.
+WRITE_ADVICE: Dict[Optional[int], str] = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space within your disk quota",
+    errno.EACCES: "give this user write permission to it",
+    errno.EPERM: "make it writable (check its owner, mode and attributes: "
+                 "ls -l, lsattr)",
+    errno.EROFS: "remount the file system read-write",
+    errno.EIO: "check the disk (the kernel log says more)",
+}
+
+
 def _write_failure(path: str, size: int, error: OSError) -> str:
     """The one-line message of a checkpoint write that failed."""
-    free = free_space(os.path.dirname(path))
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
     what = "the disk is full" if full else "the write failed"
+    need = (f"; it needs {size} bytes, "
+            f"{free_space(os.path.dirname(path))}" if full else "")
+    advice = WRITE_ADVICE.get(error.errno, "check the folder")
     return (f"cannot write checkpoint {path}: {what} ({error.strerror or error}"
-            f"; it needs {size} bytes, {free}); nothing was saved and earlier "
-            "checkpoints are untouched; free some space (or use another "
-            "--root_dir) and run the same command to resume")
+            f"{need}); nothing was saved and earlier checkpoints are "
+            f"untouched; {advice} (or use another --root_dir) and run the "
+            "same command to resume")
 
 
 def check_layout(state: Any, layout: Dict[str, Any],

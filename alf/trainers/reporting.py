@@ -7,8 +7,10 @@ statistics) and measure their own throughput.
 import contextlib
 import math
 import os
+import threading
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional
+from typing import (TYPE_CHECKING, Callable, Dict, Iterator, List, Optional,
+                    Set)
 
 import torch
 from absl import logging
@@ -62,6 +64,9 @@ class Reporter:
         self._is_chief = is_chief
         self._world_size = world_size
         self._writers: Dict[str, "SummaryWriter"] = {}
+        # The writers whose failure was raised (`close` does not raise it
+        # again: a writer keeps its failure).
+        self._failed: Set[str] = set()
         self._purge_step = 1  # set by `open`
         # Throughput since `start_clock`: evaluation time is left out; the
         # learner's CPU seconds (train_iter, this rank) are added up.
@@ -81,7 +86,8 @@ class Reporter:
         # that failed before its first checkpoint).
         self._purge_step = env_steps_at_start + 1
         if self._is_chief:
-            self._writer("train")
+            with self._summaries("train"):
+                pass  # creating the writer writes the event file's start
 
     def start_clock(self, iteration: int, env_steps: int) -> None:
         """Starts measuring throughput (collection has started)."""
@@ -110,15 +116,31 @@ class Reporter:
         return (os.path.exists(path) and
                 env_steps in read_eval_csv(path)["env_steps"])
 
-    def _writer(self, name: str) -> "SummaryWriter":
-        if name not in self._writers:
-            # Imported here: tensorboard is slow to import, and a run that
-            # is refused writes no event file.
-            from torch.utils.tensorboard import SummaryWriter
-            self._writers[name] = SummaryWriter(
-                os.path.join(self._root_dir, name),
-                purge_step=self._purge_step)
-        return self._writers[name]
+    @contextlib.contextmanager
+    def _summaries(self, name: str) -> Iterator["SummaryWriter"]:
+        """The writer of the TensorBoard folder ``name``, flushed at the end
+        (created on first use).
+
+        Raises:
+            OSError: a write failed. One from the writer's thread names no
+                file: it gets the folder's path.
+        """
+        try:
+            if name not in self._writers:
+                # Imported here: tensorboard is slow to import, and a run
+                # that is refused writes no event file.
+                from torch.utils.tensorboard import SummaryWriter
+                _hide_writer_thread_failures()
+                self._writers[name] = SummaryWriter(
+                    os.path.join(self._root_dir, name),
+                    purge_step=self._purge_step)
+            yield self._writers[name]
+            self._writers[name].flush()
+        except OSError as e:
+            if e.filename is None:
+                e.filename = os.path.join(self._root_dir, name)
+            self._failed.add(name)
+            raise
 
     # ---- training ---------------------------------------------------------
     def add_learner_cpu(self, seconds: float, wall: float = 0.0) -> None:
@@ -142,20 +164,19 @@ class Reporter:
         episodes = self._episodes.take_interval()  # collective: every rank
         if not self._is_chief:
             return
-        w = self._writer("train")
         # One device-to-host copy for all of them (some may be on a GPU).
         values = torch.stack([v.detach().float().to(self._device)
                               for v in stats.values()]).tolist() if stats \
             else []  # an off-policy algorithm still collecting
-        for name, value in zip(stats, values):
-            w.add_scalar(f"train/{name}", value, env_steps)
-        for name, value in episodes.items():
-            w.add_scalar(f"rollout/{name}", value, env_steps)
-        for name, value in self._counts.take_summaries().items():
-            w.add_scalar(name, value, env_steps)
-        w.add_scalar("time/steps_per_second", self.steps_per_second(env_steps),
-                     env_steps)
-        w.flush()
+        with self._summaries("train") as w:
+            for name, value in zip(stats, values):
+                w.add_scalar(f"train/{name}", value, env_steps)
+            for name, value in episodes.items():
+                w.add_scalar(f"rollout/{name}", value, env_steps)
+            for name, value in self._counts.take_summaries().items():
+                w.add_scalar(name, value, env_steps)
+            w.add_scalar("time/steps_per_second",
+                         self.steps_per_second(env_steps), env_steps)
 
     def log_progress(self, iteration: int, env_steps: int,
                      final: bool) -> None:
@@ -216,10 +237,9 @@ class Reporter:
             metrics: the evaluation's metrics.
             env_steps: the env steps trained when it was taken.
         """
-        w = self._writer(kind)
-        for name, value in metrics.items():
-            w.add_scalar(f"{kind}/{name}", value, env_steps)
-        w.flush()
+        with self._summaries(kind) as w:
+            for name, value in metrics.items():
+                w.add_scalar(f"{kind}/{name}", value, env_steps)
         append_eval_csv(self._root_dir, env_steps, metrics, EVALUATIONS[kind])
 
     def record_calibration(self, rows: List[Dict[str, float]],
@@ -246,6 +266,47 @@ class Reporter:
                      metrics["average_episode_length"], other)
 
     def close(self) -> None:
-        """Closes the TensorBoard writers."""
-        for w in self._writers.values():
-            w.close()
+        """Closes the TensorBoard writers: all of them, even if one fails;
+        a second call does nothing.
+
+        Raises:
+            OSError: the first writer that failed to write its last events
+                (a failure raised before is not raised again).
+        """
+        failures = []
+        for name, w in self._writers.items():
+            try:
+                w.close()
+            except OSError as e:
+                if name not in self._failed:
+                    failures.append(e)
+        self._writers.clear()
+        if failures:
+            raise failures[0]
+
+
+#: The module of tensorboard's writer thread (`_hide_writer_thread_failures`).
+_WRITER_THREAD_MODULE = "tensorboard.summary.writer.event_file_writer"
+_next_excepthook = threading.excepthook
+
+
+def _hide_writer_thread_failures() -> None:
+    """Installs (once) `_quiet_excepthook` as ``threading.excepthook``."""
+    global _next_excepthook
+    if threading.excepthook is not _quiet_excepthook:
+        _next_excepthook = threading.excepthook
+        threading.excepthook = _quiet_excepthook
+
+
+def _quiet_excepthook(args: "threading.ExceptHookArgs") -> None:
+    """Prints a thread's failure (``threading.excepthook``), except an
+    OSError in tensorboard's writer thread.
+
+    That thread keeps its failure, and the writer raises it again in the
+    training thread at the next call (`Reporter._summaries` flushes at
+    once); there it becomes the run's one-line error, which a traceback
+    ("Exception in thread ...") would drown.
+    """
+    if not (isinstance(args.exc_value, OSError) and
+            type(args.thread).__module__ == _WRITER_THREAD_MODULE):
+        _next_excepthook(args)

@@ -11,6 +11,7 @@ and checkpoint requests (`stop_requests`), and seeds (`seeds`).
 """
 import errno
 import functools
+import os
 import signal
 import time
 from typing import Any, Callable, Dict, Optional, Union
@@ -26,7 +27,7 @@ from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
                                           snapshot)
 from alf.trainers.calibration import (Calibrator, check_algorithm,
                                       make_calibrator, offset_columns)
-from alf.trainers.checkpointer import free_space
+from alf.trainers.checkpointer import WRITE_ADVICE, free_space
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.collector import AsyncCollector, SyncCollector
 from alf.trainers.episode_stats import EpisodeStats
@@ -119,32 +120,42 @@ class Trainer:
 
         Raises:
             TrainingInterrupted: on Ctrl-C, after saving a checkpoint.
-            TrainingError: on a non-finite loss (no checkpoint is written).
+            TrainingError: on a non-finite loss (no checkpoint is written),
+                or a write into ``root_dir`` that failed (a full disk, a
+                file made unwritable): the files written stay as they were.
         """
         restore_handlers: Callable[[], None] = lambda: None  # noqa: E731
         # Before anything is built or written: a second training in this
         # root dir would spoil the first's files.
         lock = RunLock.acquire(self.root_dir) if self.is_chief else None
         try:
-            # Inside: a failure half-way through building (an actor or the
-            # evaluator's environment) must still stop the actors started.
-            self._build()
-            restore_handlers = install_handlers(
-                self._stop_requests, self.world_size, self.is_chief)
-            return self._train()
-        except OSError as e:
-            if e.errno not in _DISK_ERRNOS:
-                raise
-            raise TrainingError(_disk_failure(self.root_dir, e)) from e
-        finally:
             # Closing under the handlers: a repeated signal must not break
             # off the closing of environments.
             try:
-                self._close()
-            finally:
-                restore_handlers()
-                if lock is not None:
-                    lock.release()
+                # Inside: a failure half-way through building (an actor or
+                # the evaluator's environment) must still stop the actors
+                # started.
+                self._build()
+                restore_handlers = install_handlers(
+                    self._stop_requests, self.world_size, self.is_chief)
+                result = self._train()
+            except BaseException:
+                # Quietly: the summary writers fail again for the same
+                # reason (a full disk), which must not hide this failure.
+                self._close(quietly=True)
+                raise
+            # The last summaries are written now: failing to is the run's
+            # failure.
+            self._close()
+            return result
+        except OSError as e:
+            if not _is_write_failure(self.root_dir, e):
+                raise
+            raise TrainingError(self._write_failure(e)) from e
+        finally:
+            restore_handlers()
+            if lock is not None:
+                lock.release()
 
     # ---- set-up -----------------------------------------------------------
     def _build(self) -> None:
@@ -434,24 +445,45 @@ class Trainer:
             held_out=None if result.held_out is None else dict(
                 result.held_out, **columns))
 
-    def _close(self) -> None:
-        if self._reporter is not None:
-            self._reporter.close()
-        for part in (self._collector, self._evaluator, self._held_out,
-                     self._calibrator, self._async_eval):
-            if part is not None:
-                part.close()
+    def _close(self, quietly: bool = False) -> None:
+        """Closes what `_build` built; ``quietly`` leaves out the summary
+        writers' failure to write (the run is already failing)."""
+        try:
+            if self._reporter is not None:
+                self._reporter.close()
+        except OSError:
+            if not quietly:
+                raise
+        finally:
+            for part in (self._collector, self._evaluator, self._held_out,
+                         self._calibrator, self._async_eval):
+                if part is not None:
+                    part.close()
+
+    def _write_failure(self, error: OSError) -> str:
+        """The one line for a write into ``root_dir`` that failed (a
+        summary, eval.csv, config.gin; checkpoint writes say so
+        themselves): what failed, what is kept, what to do."""
+        latest = (self._run_state.checkpointer.latest()
+                  if self._run_state is not None else None)
+        free = (f" ({free_space(self.root_dir)})" if error.errno in
+                (errno.ENOSPC, errno.EDQUOT) else "")
+        kept = (f"the checkpoints saved (the latest {latest}) are intact"
+                if latest else "no checkpoint was saved yet")
+        return (f"cannot write {error.filename or self.root_dir}: "
+                f"{error.strerror or error}{free}; {kept}; "
+                f"{WRITE_ADVICE[error.errno]}, or use another --root_dir; "
+                "then run the same command to "
+                f"{'resume' if latest else 'start again'}")
 
 
-# A write into ROOT_DIR that fails for these is the disk's fault, not a bug.
-_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
-
-
-def _disk_failure(root_dir: str, error: OSError) -> str:
-    """One line for a summary, eval.csv or config.gin write that failed
-    (checkpoint writes say so themselves)."""
-    return (f"cannot write {error.filename or root_dir}: "
-            f"{error.strerror or error} ({free_space(root_dir)}); the "
-            "checkpoints already "
-            "saved are intact; free some space (or use another --root_dir) "
-            "and run the same command to resume")
+def _is_write_failure(root_dir: str, error: OSError) -> bool:
+    """Whether ``error`` is a write into ``root_dir`` that failed for one
+    of `WRITE_ADVICE`'s reasons."""
+    if error.errno in (errno.EACCES, errno.EPERM):
+        # Not only files refuse (signalling a process does too): only
+        # one of the run's files is a write failure.
+        root = os.path.abspath(root_dir) + os.sep
+        return bool(error.filename) and os.path.abspath(
+            str(error.filename)).startswith(root)
+    return error.errno in WRITE_ADVICE

@@ -204,9 +204,20 @@ def test_other_write_errors_and_interrupts_also_remove_tmp(tmp_path,
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(CheckpointError, match="the write failed"):
+    with pytest.raises(CheckpointError, match="the write failed") as info:
         ckpt.save(_state(1), 1)
     assert _names(tmp_path) == []
+    assert "check the disk" in str(info.value)
+    assert "free some space" not in str(info.value)
+
+    def not_permitted(fd):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fsync", not_permitted)
+    with pytest.raises(CheckpointError, match=r"the write failed \(Operation "
+                       r"not permitted\); nothing was saved .*; make it "
+                       r"writable"):
+        ckpt.save(_state(1), 1)
 
     def interrupted(fd):
         raise KeyboardInterrupt
