@@ -47,20 +47,58 @@ def _on_stop_signal(signum, frame):
     raise SystemExit(process.exit_code_for(signum))
 
 
+# Stop signals a rank got before its group formed (`_rank_main`).
+_held: List[int] = []
+
+
+def _hold(signum, frame):
+    _held.append(signum)
+
+
+def _stop_if_held() -> None:
+    """Once the group is formed: every rank stops if any got a stop signal
+    while starting (one decision for all: a rank that left alone would
+    leave its peers waiting for it in their first collective)."""
+    import torch
+
+    from alf.utils.distributed import all_reduce_max
+    held = int(_held[0]) if _held else 0
+    signum = int(all_reduce_max(torch.tensor([held]))[0])
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_stop_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signum:
+        raise SystemExit(process.exit_code_for(signum))
+
+
+def _said_stopped_early(rank: int, signum: int) -> None:
+    """Rank 0 says that a stop came before training: no checkpoint."""
+    if rank == 0:
+        from absl import logging
+        logging.warning("%s before training started; nothing new was saved",
+                        process.signal_name(signum))
+
+
 def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
                fn: Callable, args: tuple, setup: Optional[Tuple], report
                ) -> None:
-    """Entry point of one rank process: set up, form the group, run ``fn``."""
+    """Entry point of one rank process: set up, form the group, run ``fn``.
+
+    It starts with the stop signals blocked (`process.run_signals_held`)
+    and holds them until the group is formed: a rank ended by a Ctrl-C
+    during start-up would leave a peer that is joining the group waiting
+    for it (gloo's rendezvous cannot be interrupted).
+    """
     process.die_with_parent(signal.SIGTERM)
     launcher = os.getppid()
     signal.signal(process.ABORT_SIGNAL, _abort)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _on_stop_signal)
+    for sig in process.STOP_SIGNALS:
+        signal.signal(sig, _hold)
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)  # nothing yet
+    process.release_run_signals()  # what came meanwhile goes to _hold
     from absl import flags, logging
 
-    from alf.trainers import TrainingInterrupted
-    from alf.utils import distributed
+    from alf.utils.errors import TrainingInterrupted
 
     # A spawned rank parses no command line; absl would say so ("Logging
     # before flag parsing goes to stderr") on its first log line.
@@ -69,11 +107,15 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
     logging.set_verbosity(logging.INFO if rank == 0 else logging.WARNING)
     code = EXIT_OK
     try:
+        # Inside: torch takes seconds to import, and a Ctrl-C meanwhile is
+        # a stop before training, not a traceback.
+        from alf.utils import distributed
         # Before the group: it reads settings (the collective timeout) that
         # the setup (parsing the config) provides.
         if setup is not None:
             setup[0](*setup[1])
         with distributed.process_group(rank, world_size, backend, init_file):
+            _stop_if_held()
             fn(*args)
     except TrainingInterrupted as e:
         if rank == 0:
@@ -81,6 +123,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         code = e.exit_code
     except KeyboardInterrupt:  # Ctrl-C before training started: no state
         code = EXIT_INTERRUPTED
+        _said_stopped_early(rank, signal.SIGINT)
     except AlfError as e:
         # A process that died (retryable) is a failure, not the input's.
         report.send((time.time(), rank,
@@ -88,7 +131,10 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         code = EXIT_ERROR
     except SystemExit as e:  # a signal before training, or the launcher's
         code = e.code if isinstance(e.code, int) else EXIT_ERROR
+        if code > 128:
+            _said_stopped_early(rank, code - 128)
     except BaseException as e:  # noqa: BLE001 - reported to the launcher
+        from alf.utils import distributed  # (if importing it failed: again)
         secondary = distributed.is_peer_failure(e)
         kind = "secondary" if secondary else "crash"
         text = (distributed.peer_failure_reason(e) if secondary else
@@ -96,12 +142,16 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         report.send((time.time(), rank, kind, text))
         code = EXIT_ERROR
     # A stop signal still on its way (the terminal's and the launcher's)
-    # must not break off the clean-up.
-    for sig in process.STOP_SIGNALS + (process.CHECKPOINT_SIGNAL, ):
-        signal.signal(sig, signal.SIG_IGN)
+    # must not break off the clean-up; one landing while the handlers are
+    # being set (a Ctrl-C during start-up) has no more to say.
+    try:
+        process.ignore_run_signals()
+    except (KeyboardInterrupt, SystemExit):
+        process.ignore_run_signals()
     report.close()
     if os.getppid() != launcher:  # the launcher was killed: clean up for it
-        distributed.remove_rendezvous(init_file)
+        from alf.utils.distributed import remove_rendezvous
+        remove_rendezvous(init_file)
     process.exit_now(code)
 
 
@@ -244,8 +294,9 @@ def _run_round(fn, args, setup, num_processes, backend, stop_grace,
         handled = process.STOP_SIGNALS + (process.CHECKPOINT_SIGNAL, )
         previous = {s: signal.signal(s, on_signal) for s in handled}
         try:
-            for p in procs:
-                p.start()
+            with process.run_signals_held():  # the ranks hold them later
+                for p in procs:
+                    p.start()
             for _, writer in pipes:
                 writer.close()
             _supervise(rnd, got, stop_grace, crash_grace)

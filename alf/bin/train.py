@@ -11,6 +11,7 @@ group (NCCL with GPUs, gloo without); that is the multi-node path.
 then in alf's packaged examples. Running again with the same ``--root_dir``
 resumes from the newest checkpoint.
 """
+import contextlib
 import os
 import signal
 import sys
@@ -178,6 +179,13 @@ def _processes_and_backend() -> Tuple[int, str]:
     return 1, "gloo"
 
 
+def _parse_config(gin_files, gin_params) -> None:
+    """`alf.trainers.parse_config`, which a rank imports when it runs this
+    (not while it unpickles its arguments, before it handles Ctrl-C)."""
+    from alf.trainers import parse_config
+    parse_config(gin_files, gin_params)
+
+
 def _timeout_text() -> str:
     from alf.utils.distributed import collective_timeout
     return f"{collective_timeout().total_seconds():g} s"
@@ -190,12 +198,42 @@ def main(argv: List[str]) -> int:
     root = FLAGS.root_dir and os.path.abspath(os.path.expanduser(
         FLAGS.root_dir))
     made = bool(root) and not os.path.exists(root)
-    code = _main()
-    if code != 0 and made and os.path.isdir(root) and not os.listdir(root):
+    # Until training listens for them (or the launcher does), a stop ends
+    # the start-up with one line, not a traceback or a silent death.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_starting)
+    try:
+        code = _main()
+    except (KeyboardInterrupt, _StartupStopped) as e:
+        sig = getattr(e, "signum", signal.SIGINT)
+        print(f"alf.bin.train: {process.signal_name(sig)} before training "
+              "started; nothing new was saved", file=sys.stderr, flush=True)
+        code = process.exit_code_for(sig)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+    if (code != 0 and made and os.path.isdir(root) and not os.listdir(root)
+            and os.environ.get("RANK", "0") == "0"):
         # A run refused after its folder was made (an unknown environment
         # id is found when the environment is built) leaves no trace.
-        os.rmdir(root)
+        # Under torchrun rank 0 alone: the others would race it.
+        with contextlib.suppress(OSError):
+            os.rmdir(root)
     return code
+
+
+class _StartupStopped(BaseException):
+    """SIGTERM or SIGHUP before training installed its handlers (a
+    BaseException, as KeyboardInterrupt: no ``except Exception`` on the way
+    may take it for a failure)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_starting(signum, frame):
+    raise _StartupStopped(signum)
 
 
 def _main() -> int:
@@ -237,7 +275,7 @@ def _main() -> int:
             from alf.bin.launch import launch
             return launch(train_parsed, (root_dir, ), num_processes,
                           prog="alf.bin.train", backend=backend,
-                          setup=(parse_config,
+                          setup=(_parse_config,
                                  (gin_files, gin_params)),
                           max_restarts=FLAGS.max_restarts,
                           stop_grace=FLAGS.stop_grace,
@@ -247,7 +285,10 @@ def _main() -> int:
         logging.warning("%s", e)
         return e.exit_code
     except AlfError as e:
-        print(f"alf.bin.train: error: {one_line(e)}", file=sys.stderr)
+        # Under torchrun every rank meets the same bad input: rank 0 says
+        # so; a process that died (retryable) is each rank's own.
+        if e.retryable or os.environ.get("RANK", "0") == "0":
+            print(f"alf.bin.train: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 

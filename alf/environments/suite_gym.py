@@ -292,7 +292,8 @@ def load(env_name: str,
     # An actor process is itself the environments' worker.
     vec: gym.vector.VectorEnv
     if asynchronous and not in_environment_process():
-        vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
+        with process.run_signals_held():  # the workers' start-up
+            vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
     else:
         vec = SyncVectorEnv(env_fns, **kw)
     return GymEnvironment(vec, clip_action=clip_action, seed=seed)

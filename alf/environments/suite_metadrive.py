@@ -56,6 +56,7 @@ from alf.environments.env_fn import (in_environment_process,
 from alf.environments.metadrive_env_fn import (ASSETS_HINT, CRASH_END,
                                                MEAN_SPEED, MetaDriveEnvFn)
 from alf.environments.suite_gym import GymEnvironment
+from alf.utils import process
 from alf.utils.errors import AlfError, one_line
 
 __all__ = ["load", "EPISODE_INFO", "OBSERVATIONS"]
@@ -240,8 +241,9 @@ def load(env_name: str = "MetaDrive",
         if not assets:
             _warn_assets_absent()
         env_fn.spaces = (obs_space, action_space)
-        vec = AsyncVectorEnv([env_fn] * num_envs, context="spawn",
-                             autoreset_mode=AutoresetMode.SAME_STEP)
+        with process.run_signals_held():  # the workers' start-up
+            vec = AsyncVectorEnv([env_fn] * num_envs, context="spawn",
+                                 autoreset_mode=AutoresetMode.SAME_STEP)
     return GymEnvironment(vec, clip_action=True, seed=seed,
                           episode_info=EPISODE_INFO)
 

@@ -187,7 +187,8 @@ class AsyncEvaluator:
         self._proc = ctx.Process(
             target=evaluator_main, daemon=False, name="alf-evaluator",
             args=(theirs, gin.config_str(), config, spec, load_fns))
-        self._proc.start()
+        with process.run_signals_held():  # its start-up: no traceback
+            self._proc.start()
         theirs.close()
         self._ready = False
         # The evaluation being played and the one waiting for it, each as

@@ -61,7 +61,7 @@ from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.inference_worker import inference_main
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
-from alf.utils import distributed
+from alf.utils import distributed, process
 from alf.utils.errors import AlfError, ConfigError, TrainingError
 
 if TYPE_CHECKING:
@@ -276,7 +276,8 @@ class AsyncCollector:
                                    theirs, gin_config, config, spec,
                                    envs_per_actor, length, self._lag,
                                    distributed.get_rank(), policy, slots))
-            proc.start()
+            with process.run_signals_held():  # its start-up: no traceback
+                proc.start()
             theirs.close()
             if policy is not None:
                 policy.close()  # the actor's now
@@ -288,7 +289,8 @@ class AsyncCollector:
                                name=f"alf-inference-{j}", args=(
                                    theirs, served[j], gin_config, config,
                                    spec))
-            proc.start()
+            with process.run_signals_held():  # its start-up: no traceback
+                proc.start()
             theirs.close()
             for c in served[j]:
                 c.close()

@@ -41,20 +41,7 @@ from alf.trainers.run_state import RunState
 from alf.trainers.stop_requests import StopRequests, install_handlers
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed, process
-from alf.utils.errors import AlfError, TrainingError
-
-
-class TrainingInterrupted(AlfError):
-    """A stop signal (Ctrl-C, SIGTERM, SIGHUP): a checkpoint was saved and
-    the run can be resumed.
-
-    Attributes:
-        exit_code: the shell's convention for the signal (128 + signum).
-    """
-
-    def __init__(self, message: str, signum: int = signal.SIGINT):
-        super().__init__(message)
-        self.exit_code = process.exit_code_for(signum)
+from alf.utils.errors import TrainingError, TrainingInterrupted
 
 
 class Trainer:

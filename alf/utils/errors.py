@@ -1,4 +1,5 @@
 """User-facing errors: the CLI prints these as one line and exits non-zero."""
+import signal
 import sys
 from typing import Callable, TypeVar
 
@@ -29,6 +30,20 @@ class CheckpointError(AlfError):
 
 class TrainingError(AlfError):
     """Training cannot continue (e.g. a non-finite loss)."""
+
+
+class TrainingInterrupted(AlfError):
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP): a checkpoint was saved and
+    the run can be resumed. (Here, not beside the trainer: the launcher's
+    ranks catch it without importing torch first.)
+
+    Attributes:
+        exit_code: the shell's convention for the signal (128 + signum).
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
 
 
 def one_line(error: BaseException) -> str:

@@ -3,10 +3,12 @@ workers: parent-death signals, which signals stop a run, exit codes.
 
 Kept free of torch imports: environment worker subprocesses import this.
 """
+import contextlib
 import ctypes
 import signal
 import sys
-from typing import List, Optional
+from multiprocessing import resource_tracker
+from typing import Iterator, List, Optional
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -97,6 +99,39 @@ def ignore_run_signals() -> None:
     checkpoint."""
     for sig in STOP_SIGNALS + (CHECKPOINT_SIGNAL, ABORT_SIGNAL):
         signal.signal(sig, signal.SIG_IGN)
+    release_run_signals()  # what came while it started: ignored now
+
+
+# The signals `run_signals_held` holds.
+_HELD = STOP_SIGNALS + (CHECKPOINT_SIGNAL, )
+
+
+@contextlib.contextmanager
+def run_signals_held() -> Iterator[None]:
+    """Blocks the run's signals in this thread while it starts processes
+    that handle them once ready (`release_run_signals`).
+
+    A spawned child inherits the blocked mask through exec, so a Ctrl-C to
+    the process group while it imports and unpickles neither ends it with
+    a traceback nor is lost: it waits until the child has its handlers (a
+    helper ignores it, a rank holds it). This process gets what arrived
+    when the block ends.
+    """
+    # Started later (by the first spawn), the resource tracker would unblock
+    # SIGINT and SIGTERM (it blocks them for its own start) and the child
+    # would not inherit the block.
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def release_run_signals() -> None:
+    """Unblocks what `run_signals_held` blocked in a child's start-up; a
+    signal that came meanwhile goes to the handler set now."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
 
 def exit_now(code: int) -> None:

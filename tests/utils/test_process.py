@@ -1,0 +1,48 @@
+"""alf.utils.process: processes started with the run's signals held, and
+the starting process losing none of them."""
+import multiprocessing as mp
+import os
+import signal
+
+import pytest
+
+from alf.utils import process
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _report_and_release(conn):
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    got = []
+    signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    conn.recv()  # the parent has signalled this process
+    process.release_run_signals()
+    conn.send((sorted(int(s) for s in blocked), got))
+
+
+def test_a_child_holds_the_run_signals_until_it_releases_them():
+    """Before, a Ctrl-C to the process group while a spawned actor (or
+    rank) imported ended it with a KeyboardInterrupt traceback; and a rank
+    that died so left its peers waiting in gloo's rendezvous."""
+    got = []
+    before = (signal.getsignal(signal.SIGTERM),
+              signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    try:
+        ctx = mp.get_context("spawn")
+        mine, theirs = ctx.Pipe()
+        with process.run_signals_held():
+            child = ctx.Process(target=_report_and_release, args=(theirs, ))
+            child.start()
+            os.kill(os.getpid(), signal.SIGTERM)  # held, not lost
+            assert got == []
+        assert got == [signal.SIGTERM]
+        os.kill(child.pid, signal.SIGTERM)  # while it holds them
+        mine.send("signalled")
+        blocked, child_got = mine.recv()
+        child.join(30)
+        assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} <= set(blocked)
+        assert child_got == [signal.SIGTERM]  # delivered once released
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before[1]
