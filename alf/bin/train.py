@@ -205,6 +205,12 @@ def main(argv: List[str]) -> int:
     try:
         code = _main()
     except (KeyboardInterrupt, _StartupStopped) as e:
+        # Helpers interrupted while they started (whose owner never got
+        # to close them) ignore the SIGTERM that multiprocessing's exit
+        # ends them with, and it would wait for them.
+        import multiprocessing
+        for child in multiprocessing.active_children():
+            child.kill()
         sig = getattr(e, "signum", signal.SIGINT)
         print(f"alf.bin.train: {process.signal_name(sig)} before training "
               "started; nothing new was saved", file=sys.stderr, flush=True)

@@ -259,46 +259,57 @@ class AsyncCollector:
             self._parts = n * (self._T // self._seg)
             self._claimed = ctx.Value("q", 0)
             slots, length = (self._claimed, self._parts), self._seg
-        gin_config = gin.config_str()
-        # Imported here: trainer_config imports this module.
-        from alf.trainers.trainer_config import without_evaluation_envs
-        config = without_evaluation_envs(config)
-        spec = (gym.spec(config.env_name) if config.env_name in gym.registry
-                else None)
-        for i in range(n):
-            mine, theirs = ctx.Pipe()
-            policy = None
-            if workers:
-                policy, worker_end = ctx.Pipe()
-                served[i % workers].append(worker_end)
-            proc = ctx.Process(target=actor_main, daemon=True,
-                               name=f"alf-actor-{i}", args=(
-                                   theirs, gin_config, config, spec,
-                                   envs_per_actor, length, self._lag,
-                                   distributed.get_rank(), policy, slots))
-            with process.run_signals_held():  # its start-up: no traceback
-                proc.start()
-            theirs.close()
-            if policy is not None:
-                policy.close()  # the actor's now
-            self._conns.append(mine)
-            self._procs.append(proc)
-        for j in range(workers):
-            mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=inference_main, daemon=True,
-                               name=f"alf-inference-{j}", args=(
-                                   theirs, served[j], gin_config, config,
-                                   spec))
-            with process.run_signals_held():  # its start-up: no traceback
-                proc.start()
-            theirs.close()
-            for c in served[j]:
-                c.close()
-            self._conns.append(mine)
-            self._procs.append(proc)
-        self._receiver = threading.Thread(target=self._receive, daemon=True,
-                                          name="alf-actor-receiver")
-        self._receiver.start()
+        try:
+            gin_config = gin.config_str()
+            # Imported here: trainer_config imports this module.
+            from alf.trainers.trainer_config import without_evaluation_envs
+            config = without_evaluation_envs(config)
+            spec = (gym.spec(config.env_name) if config.env_name in gym.registry
+                    else None)
+            for i in range(n):
+                mine, theirs = ctx.Pipe()
+                policy = None
+                if workers:
+                    policy, worker_end = ctx.Pipe()
+                    served[i % workers].append(worker_end)
+                proc = ctx.Process(target=actor_main, daemon=True,
+                                   name=f"alf-actor-{i}", args=(
+                                       theirs, gin_config, config, spec,
+                                       envs_per_actor, length, self._lag,
+                                       distributed.get_rank(), policy, slots))
+                with process.run_signals_held():  # its start-up: no traceback
+                    proc.start()
+                theirs.close()
+                if policy is not None:
+                    policy.close()  # the actor's now
+                self._conns.append(mine)
+                self._procs.append(proc)
+            for j in range(workers):
+                mine, theirs = ctx.Pipe()
+                proc = ctx.Process(target=inference_main, daemon=True,
+                                   name=f"alf-inference-{j}", args=(
+                                       theirs, served[j], gin_config, config,
+                                       spec))
+                with process.run_signals_held():  # its start-up: no traceback
+                    proc.start()
+                theirs.close()
+                for c in served[j]:
+                    c.close()
+                self._conns.append(mine)
+                self._procs.append(proc)
+            self._receiver = threading.Thread(target=self._receive, daemon=True,
+                                              name="alf-actor-receiver")
+            self._receiver.start()
+        except BaseException:
+            # Interrupted (a Ctrl-C while they start): the trainer never
+            # gets this collector to close, and an actor ignores the
+            # signals multiprocessing's exit would end it with.
+            for proc in self._procs:
+                proc.kill()
+                proc.join()
+            for conn in self._conns:
+                conn.close()
+            raise
 
     # ---- set-up -----------------------------------------------------------
     def describe(self):

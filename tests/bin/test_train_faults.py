@@ -192,6 +192,39 @@ def test_killed_rank_restarts_and_resumes_built_in_launcher(tmp_path):
     _assert_nothing_left(run, tmp_path)
 
 
+def _spawned(pid):
+    """The spawned (multiprocessing) children of ``pid``."""
+    return [c for c in children(pid)
+            if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("extra, params", [
+    ([], ['TrainerConfig.unroll_mode="async"']),  # actors starting
+    (MP, []),  # ranks starting
+])
+def test_ctrl_c_while_helpers_start_is_one_line(tmp_path, extra, params):
+    """Before: KeyboardInterrupt tracebacks from spawned processes still
+    importing, and now and then a rank left in gloo's rendezvous by a peer
+    that had died so, until the stop grace (120 s) ran out."""
+    root = tmp_path / "run"
+    run = Run(_cmd(root, LONG + [f"TrainerConfig.num_env_steps={ENDLESS}",
+                                 *params], extra=extra),
+              env=_env(tmp_path), cwd=REPO)
+    deadline = time.time() + 60
+    while not _spawned(run.proc.pid) and time.time() < deadline:
+        time.sleep(0.02)
+    assert _spawned(run.proc.pid), run.out
+    start = time.time()
+    os.killpg(run.proc.pid, signal.SIGINT)
+    assert run.finish(timeout=60) == 130, run.out[-3000:]
+    assert time.time() - start < 40
+    assert "Traceback" not in run.out, run.out[-3000:]
+    assert "SIGINT before training started; nothing new was saved" in \
+        run.out, run.out[-3000:]
+    _assert_nothing_left(run, tmp_path)
+
+
 @pytest.mark.timeout(240)
 def test_a_single_process_restarts_too(tmp_path):
     """Without --distributed the one process runs under the launcher, as
