@@ -8,7 +8,8 @@ dead-rank rules: docs/distributed.md, "Exits, preemption and failures"):
   every rank is asked to stop after its iteration; rank 0 saves a
   checkpoint. A rank still alive after ``stop_grace`` seconds, or when a
   second stop signal comes, is aborted, then killed, and the launcher says
-  so in one line (that stop saved no checkpoint). The exit code is 128 +
+  so in one line (that stop saved no checkpoint, unless rank 0 said it
+  had saved one before it was aborted). The exit code is 128 +
   the signal (130, 143, 129).
 * SIGUSR1: forwarded; rank 0 saves a checkpoint and training goes on.
 * A failing rank: the cause is reported once, naming the rank and how it
@@ -399,9 +400,11 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
             ranks = ", ".join(str(r) for r in rnd.aborted)
             print(f"{prog}: {process.signal_name(rnd.signal)}: rank(s) "
                   f"{ranks} had not finished their iteration after "
-                  f"{rnd.aborted_why}; aborted, so this stop saved no "
-                  "checkpoint (the newest one is the last saved before it; "
-                  "run the same command to resume from it)",
+                  f"{rnd.aborted_why}; aborted. Unless rank 0 said above "
+                  "that it saved the stop's checkpoint (which is then "
+                  "whole: checkpoints are renamed into place), this stop "
+                  "saved none; run the same command to resume from the "
+                  "newest one",
                   file=sys.stderr, flush=True)
         return process.exit_code_for(rnd.signal)
     stopped = [c for c in codes if c is not None and c > 128]

@@ -115,7 +115,8 @@ def test_a_stop_that_cannot_finish_its_iteration_says_so(tmp_path, grace,
         time.sleep(0.5)
     assert run.finish(timeout=30) == 130, run.out[-3000:]
     assert time.time() - start < 12
-    said = [ln for ln in run.lines if "this stop saved no checkpoint" in ln]
+    said = [ln for ln in run.lines if "aborted. Unless rank 0 said above "
+            "that it saved the stop's checkpoint" in ln]
     assert len(said) == 1, run.out[-3000:]
     assert f"after {why}" in said[0] and "rank(s) 0, 1" in said[0], said[0]
     assert "stopped at" not in run.out and "Traceback" not in run.out
