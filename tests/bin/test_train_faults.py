@@ -248,15 +248,14 @@ def test_a_killed_environment_worker_is_one_line_then_a_restart(tmp_path):
     run, root = _start(tmp_path, steps, extra=["--max_restarts", "1"],
                        params=["TrainerConfig.async_env=True"])
     _wait_for_checkpoint(root)
-    rank = rank_pids(run.proc.pid)[0]
-    workers = [c for c in children(rank)
-               if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+    workers = _spawned(rank_pids(run.proc.pid)[0])
     assert workers, run.out
     os.kill(workers[0], signal.SIGKILL)
     assert run.finish(timeout=180) == 0, run.out[-3000:]
     assert re.search(r"error: environment worker 0 of \d+ was killed by "
                      "SIGKILL", run.out), run.out[-3000:]
-    assert "restart 1 of 1" in run.out and "Traceback" not in run.out
+    assert "restart 1 of 1" in run.out and "Traceback" not in run.out, \
+        run.out[-3000:]
     _assert_finished(root, steps)
     _assert_nothing_left(run, tmp_path)
 
@@ -270,9 +269,7 @@ def test_a_killed_actor_restarts_every_rank_as_a_killed_rank_does(tmp_path):
     run, root = _start(tmp_path, steps, extra=MP + ["--max_restarts", "1"],
                        params=['TrainerConfig.unroll_mode="async"'])
     _wait_for_checkpoint(root)
-    rank1 = rank_pids(run.proc.pid)[1]
-    actors = [c for c in children(rank1)
-              if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+    actors = _spawned(rank_pids(run.proc.pid)[1])
     assert actors, run.out
     os.kill(actors[0], signal.SIGKILL)
     assert run.finish(timeout=180) == 0, run.out[-3000:]

@@ -6,7 +6,6 @@ import errno
 import os
 import threading
 
-import gin
 import pytest
 import torch
 from tensorboard.compat.tensorflow_stub.io.gfile import LocalFileSystem
@@ -18,14 +17,7 @@ from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.episode_stats import EpisodeStats
 from alf.utils.errors import TrainingError
 
-SPI = 32  # env steps per iteration: 2 envs x 16 steps
-
-
-@pytest.fixture(autouse=True)
-def clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+from test_trainer import SPI, clean_gin  # noqa: F401 - an autouse fixture
 
 
 @pytest.fixture
