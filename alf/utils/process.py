@@ -115,7 +115,7 @@ def run_signals_held() -> Iterator[None]:
     the process group while it imports and unpickles neither ends it with
     a traceback nor is lost: it waits until the child has its handlers (a
     helper ignores it, a rank holds it). This process gets what arrived
-    when the block ends.
+    when the block ends (or at once, in a thread that does not block it).
     """
     # Started later (by the first spawn), the resource tracker would unblock
     # SIGINT and SIGTERM (it blocks them for its own start) and the child

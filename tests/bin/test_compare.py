@@ -349,7 +349,7 @@ def test_malformed_b_param_is_refused_before_any_run(tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("extra,side", [
     (["--num_processes", "2"], "ddp2 (2 processes)"),
-    (["--a_processes", "2", "--b_param", "TrainerConfig.seed=1"],
+    (["--a_processes", "2", "--b_param", "TrainerConfig.num_eval_episodes=3"],
      "a (2 processes)")])
 def test_sizes_that_do_not_divide_are_refused_before_any_run(tmp_path, extra,
                                                              side):
