@@ -9,6 +9,7 @@ value of the observation that really ended the episode.
 """
 import difflib
 import inspect
+import time
 from typing import Any, Dict, Optional, Tuple
 
 import gin
@@ -129,6 +130,7 @@ class GymEnvironment(BatchedEnvironment):
         super().__init__(vec_env.num_envs, vec_env.single_observation_space,
                          vec_env.single_action_space)
         self._env = vec_env
+        self._dead = False  # a worker died: close kills the others
         self._first_seed = seed
         self._episode_info = dict(episode_info or {})
         space = self.action_space
@@ -209,8 +211,6 @@ class GymEnvironment(BatchedEnvironment):
         else:
             self._env.close()
 
-    _dead = False
-
     def _call(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; a worker that died
         (its pipe broke) is an `EnvironmentWorkerDied` naming it."""
@@ -219,6 +219,12 @@ class GymEnvironment(BatchedEnvironment):
         except _DEAD_PIPE as e:
             self._dead = True
             procs = getattr(self._env, "processes", [])
+            # The pipe breaks as the worker dies, a moment before the
+            # kernel reports it dead: wait that moment to name it.
+            deadline = time.monotonic() + 2.0
+            while (procs and all(p.is_alive() for p in procs)
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
             dead = [(i, p.exitcode) for i, p in enumerate(procs)
                     if not p.is_alive()]
             which = "; ".join(f"environment worker {i} of {len(procs)} "
