@@ -76,8 +76,7 @@ def _said_stopped_early(rank: int, signum: int) -> None:
     """Rank 0 says that a stop came before training: no checkpoint."""
     if rank == 0:
         from absl import logging
-        logging.warning("%s before training started; nothing new was saved",
-                        process.signal_name(signum))
+        logging.warning("%s", process.stopped_before_training(signum))
 
 
 def _rank_main(rank: int, world_size: int, init_file: str, backend: str,

@@ -37,7 +37,6 @@ unwritable file), 130 on Ctrl-C.
 import inspect
 import math
 import os
-import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
@@ -141,13 +140,10 @@ def run_config(root_dir: str, env_steps: int) -> str:
     ``config.gin``, or the ``config-resumed-S.gin`` of the last resume
     before it (a run resumed at S with other bindings writes that file;
     its checkpoints after S are the new config's)."""
-    resumed = []
-    for name in os.listdir(root_dir):
-        m = re.fullmatch(r"config-resumed-(\d+)\.gin", name)
-        if m and int(m.group(1)) < env_steps:
-            resumed.append((int(m.group(1)), name))
-    return os.path.join(root_dir, max(resumed)[1] if resumed
-                        else "config.gin")
+    from alf.trainers.run_state import resumed_configs
+    before = [path for steps, path in resumed_configs(root_dir)
+              if steps < env_steps]
+    return before[-1] if before else os.path.join(root_dir, "config.gin")
 
 
 def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,

@@ -212,8 +212,8 @@ def main(argv: List[str]) -> int:
         for child in multiprocessing.active_children():
             child.kill()
         sig = getattr(e, "signum", signal.SIGINT)
-        print(f"alf.bin.train: {process.signal_name(sig)} before training "
-              "started; nothing new was saved", file=sys.stderr, flush=True)
+        print(f"alf.bin.train: {process.stopped_before_training(sig)}",
+              file=sys.stderr, flush=True)
         code = process.exit_code_for(sig)
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -217,7 +217,7 @@ class RunState:
         if os.path.exists(path):
             # What alf.bin.play would rebuild this run's checkpoints with.
             resumed_with = path
-            for steps, record in _resumed_configs(self.root_dir):
+            for steps, record in resumed_configs(self.root_dir):
                 if steps < env_steps or (steps == env_steps and
                                          _same_config(record, text)):
                     resumed_with = record
@@ -244,8 +244,9 @@ class RunState:
 _RESUMED_CONFIG = re.compile(r"config-resumed-(\d+)\.gin")
 
 
-def _resumed_configs(root_dir: str) -> List[Tuple[int, str]]:
-    """The ``config-resumed-S.gin`` files of a run, ``(S, path)`` by S."""
+def resumed_configs(root_dir: str) -> List[Tuple[int, str]]:
+    """The ``config-resumed-S.gin`` files of a run, ``(S, path)`` by S
+    (not those moved aside as superseded)."""
     found = []
     for name in os.listdir(root_dir):
         m = _RESUMED_CONFIG.fullmatch(name)

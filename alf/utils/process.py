@@ -24,6 +24,12 @@ ABORT_SIGNAL = signal.SIGUSR2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 
 
+def stopped_before_training(signum: int) -> str:
+    """What a run stopped by ``signum`` before training says."""
+    return (f"{signal_name(signum)} before training started; nothing new "
+            "was saved")
+
+
 def exit_code_for(signum: int) -> int:
     """The shell's convention for a run ended by ``signum`` (128 + signum)."""
     return 128 + int(signum)
