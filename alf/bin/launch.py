@@ -167,21 +167,25 @@ def _signal_all(procs, sig) -> None:
 def _wait_all(procs, seconds: float,
               got: Optional[List[int]] = None) -> bool:
     """Waits up to ``seconds`` for every process to end (less if ``got``
-    receives a stop signal); returns whether they all did."""
+    receives a Ctrl-C); returns whether they all did."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         if not any(p.is_alive() for p in procs):
             return True
-        if got and any(g in process.STOP_SIGNALS for g in got):
-            break  # asked again: stop now
+        if got and signal.SIGINT in got:
+            break  # a second Ctrl-C: stop now
         time.sleep(0.05)
     return not any(p.is_alive() for p in procs)
 
 
 def _stop(procs, grace: float, got: Optional[List[int]] = None) -> List[int]:
-    """Waits ``grace`` s (or until ``got`` receives a stop signal), then
-    aborts, then kills whatever is still alive; returns the ranks it
-    aborted."""
+    """Waits ``grace`` s (or until ``got`` receives a Ctrl-C), then aborts,
+    then kills whatever is still alive; returns the ranks it aborted.
+
+    Only a Ctrl-C means "now": a repeated SIGTERM or SIGHUP is what a
+    wrapper that forwards signals (``timeout``, ``srun``) sends beside a
+    scheduler's group-wide one, and it must not cost the stop's checkpoint.
+    """
     if _wait_all(procs, grace, got):
         return []
     aborted = [r for r, p in enumerate(procs) if p.is_alive()]
@@ -328,10 +332,9 @@ def _supervise(rnd: _Round, got: List[int], stop_grace: float,
                 # Ranks ignore repeats of a stop they already have.
                 _signal_all(procs, sig)
                 rnd.aborted = _stop(procs, stop_grace, got)
-                again = [g for g in got if g in process.STOP_SIGNALS]
                 if rnd.aborted:
                     rnd.aborted_why = (
-                        f"a second {process.signal_name(again[0])}" if again
+                        "a second SIGINT" if signal.SIGINT in got
                         else f"{stop_grace:g} s (--stop_grace)")
                 return
         rnd.watch()

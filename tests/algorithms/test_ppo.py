@@ -85,21 +85,26 @@ def test_minibatch_advantages_are_standardised_per_minibatch():
     assert torch.allclose(b, ref, atol=1e-5)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("extra", [
     [], ["PPOAlgorithm.explore_fraction=0.5",
          'TrainerConfig.unroll_mode="async"']])
 def test_ppo_learns_cart_pole(tmp_path, extra):
-    """A short run (15k env steps) clearly beats a random policy (~22);
-    also with half the steps acting with the mode, through the actor
-    processes (whose stored log-densities carry the +inf). That run's
-    timing decides which policy version acts on which step, and its final
-    return ranged over 123-500 in 7 runs (2026-11-29): it must beat 100."""
+    """A short run clearly beats a random policy (~22); also with half the
+    steps acting with the mode, through the actor processes (whose stored
+    log-densities carry the +inf).
+
+    That second run's timing decides which policy version acts on which
+    step, so its seed does not fix its result. Its final evaluation spread
+    like a fresh seed's (2026-11-30, under load): at 15k env steps over
+    121-500 in 10 runs and once 76.5 in CI (synchronous seeds 1-6 gave
+    118-480); at 30k, 131-500 in 12 runs. Hence 30k steps for it."""
     import gin
     import alf.trainers
+    steps = 30720 if extra else 15360
     alf.trainers.parse_config(["ppo_cart_pole.gin"], [
-        "TrainerConfig.num_env_steps=15360", "TrainerConfig.eval_interval=0",
-        "TrainerConfig.seed=1"
+        f"TrainerConfig.num_env_steps={steps}",
+        "TrainerConfig.eval_interval=0", "TrainerConfig.seed=1"
     ] + extra)
     try:
         metrics = Trainer(str(tmp_path)).train()

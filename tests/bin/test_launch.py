@@ -100,3 +100,25 @@ def test_the_same_stop_under_torchrun_is_a_clean_stop(tmp_path):
     assert said.read_text() == f"exit {128 + signal.SIGTERM}", out + err
     assert "lost its peers" not in err, err
     assert "SIGTERM: rank 1 stopped; a peer ended first" in err, err
+
+
+class _EndsAt:
+    """A process that ends ``seconds`` from now."""
+
+    def __init__(self, seconds: float):
+        self.end = time.time() + seconds
+
+    def is_alive(self) -> bool:
+        return time.time() < self.end
+
+
+def test_only_a_second_ctrl_c_cuts_the_stop_grace_short():
+    """A wrapper that forwards signals (timeout, srun) repeats a
+    scheduler's SIGTERM: the ranks still get their grace to checkpoint."""
+    for again in (signal.SIGTERM, signal.SIGHUP):
+        start = time.time()
+        assert launch._wait_all([_EndsAt(0.4)], 5.0, [again])
+        assert time.time() - start >= 0.35
+    start = time.time()
+    assert not launch._wait_all([_EndsAt(5.0)], 5.0, [signal.SIGINT])
+    assert time.time() - start < 1.0
