@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Union
 import gymnasium as gym
 import numpy as np
 import torch
+from absl import logging
 
 from alf import nest
 from alf.algorithms.rl_algorithm import RLAlgorithm
@@ -149,6 +150,24 @@ class OffPolicyAlgorithm(RLAlgorithm):
         high = torch.as_tensor(space.high, device=self.device)
         return low + (high - low) * torch.rand((n, ) + low.shape,
                                                device=self.device)
+
+    def on_resume(self, env_steps: int) -> None:
+        """Checkpoints hold no replay contents, so a resumed run starts
+        with an empty buffer. It refills it with the restored policy:
+        acting at random again, as a fresh run's initial collection does,
+        would throw away what the checkpoint learnt. Updates wait, as at
+        the start, until the buffer holds the initial collection."""
+        world = max(1, self.config.world_size)
+        self._num_stored = max(self._num_stored, env_steps // world)
+        # A strategy of the user's may checkpoint its storage.
+        if len(self.replay) == 0 and distributed.get_rank() == 0:
+            needed = max(self._local_initial_collect,
+                         self._local_minibatch_size, 1) * world
+            logging.warning(
+                "resumed with an empty replay buffer (checkpoints do not "
+                "hold its contents): updates resume once it holds %d "
+                "transitions again, collected with the restored policy",
+                needed)
 
     # ---- training ---------------------------------------------------------
     def store(self, exp: Experience) -> None:

@@ -166,6 +166,11 @@ class RLAlgorithm(Algorithm):
         for prefix, scalars in state["scalars"].items():
             vars(modules[prefix]).update(scalars)
 
+    def on_resume(self, env_steps: int) -> None:
+        """Called on every rank once a checkpoint taken at ``env_steps``
+        (all ranks' env steps) is loaded; not on a fresh start. For state
+        that checkpoints do not hold."""
+
     def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
         """Trains on the stored experience.
 

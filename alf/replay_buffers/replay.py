@@ -23,10 +23,12 @@ collective (`PrioritizedGlobalReplay`'s all-reduce) issues it there, and
 one that gives ranks different numbers of items sets ``loss_scale`` so
 that DDP's averaged gradient is still the intended mean.
 
-A checkpoint holds the strategy's storage module (the algorithm's
-``replay_buffer``); the strategy object itself is rebuilt from the config,
-so state that must survive a restart belongs in buffers of the module
-`make_buffer` returns.
+Checkpoints do not hold the stored experience: `ReplayBuffer` and
+`SumTree` register their storage with ``persistent=False`` (a resumed run
+refills its buffer, see `OffPolicyAlgorithm.on_resume`). The strategy
+object is rebuilt from the config; a strategy whose state must survive a
+restart keeps it in persistent buffers of the module `make_buffer`
+returns.
 
 In gin, for example::
 

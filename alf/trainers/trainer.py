@@ -200,6 +200,8 @@ class Trainer:
             self.iteration = resumed.iteration
             self.env_steps = self.env_steps_at_start = resumed.env_steps
             self._rng_state = resumed.rng
+            assert self.algorithm is not None  # built by `_build`
+            self.algorithm.on_resume(resumed.env_steps)
         # Evaluations after the checkpoint (all of them without one: a run
         # that failed before its first) come from training this run
         # discards; unless it had finished, it evaluates those steps again.
