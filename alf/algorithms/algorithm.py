@@ -31,6 +31,64 @@ def check_learning_rate(owner: str, value) -> None:
                           "positive float, e.g. 3e-4")
 
 
+def check_number(name: str, value, low: float, high: float = math.inf,
+                 low_open: bool = False) -> None:
+    """Refuses a setting that is not a finite number in ``[low, high]``
+    (``(low, high]`` with ``low_open``).
+
+    Checked when the algorithm is built: out of range, these settings
+    train silently in a way nobody asked for (a discount above 1 diverges,
+    an epsilon below 0 never explores) or fail mid-training.
+
+    Args:
+        name: the gin name, for the message (``DQNAlgorithm.gamma``).
+        value: the value given.
+        low, high: the valid range (an infinite one: no bound on that
+            side).
+        low_open: whether ``low`` itself is refused.
+
+    Raises:
+        ConfigError: naming ``name``, the value and the valid range.
+    """
+    if (not isinstance(value, bool) and isinstance(value, Real)
+            and math.isfinite(value)
+            and (low < value if low_open else low <= value)
+            and value <= high):
+        return
+    if low == -math.inf and high == math.inf:
+        valid = "a finite number"
+    elif high == math.inf:
+        valid = f"a number {'>' if low_open else '>='} {low:g}"
+    else:
+        valid = (f"a number in {'(' if low_open else '['}{low:g}, "
+                 f"{high:g}]")
+    raise ConfigError(f"{name}={value!r}; valid: {valid}")
+
+
+def check_max_grad_norm(owner: str, value) -> None:
+    """Refuses a gradient-norm clip that is neither None nor a positive,
+    finite number.
+
+    `clip_grad_norm` scales the gradients by ``max_norm / norm``: a negative
+    value would flip every gradient (training towards a higher loss) and 0
+    would zero them (training nothing), both without a word.
+
+    Args:
+        owner: the configurable's name, for the message (``DQNAlgorithm``).
+        value: the ``max_grad_norm`` given (None: no clipping).
+
+    Raises:
+        ConfigError: naming ``owner.max_grad_norm``, the value and what is
+            valid.
+    """
+    if value is None:
+        return
+    if (isinstance(value, bool) or not isinstance(value, Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ConfigError(f"{owner}.max_grad_norm={value!r}; it must be a "
+                          "positive number, or None (no clipping)")
+
+
 class Algorithm(nn.Module):
     """Base class of everything that acts or learns.
 
@@ -98,7 +156,9 @@ class Algorithm(nn.Module):
 
         Raises:
             ConfigError: if no optimizer is registered (a run that would
-                train nothing).
+                train nothing), or for a ``max_grad_norm`` that
+                `check_max_grad_norm` refuses (before any parameter
+                changes; an algorithm should refuse it when it is built).
         """
         if not self._optimizers:
             raise ConfigError(
@@ -106,6 +166,8 @@ class Algorithm(nn.Module):
                 "is registered, so nothing would train; register one in "
                 "__init__ with self.add_optimizer(torch.optim.Adam("
                 "self.parameters(), lr=...))")
+        # A backstop for algorithms that do not check at build time.
+        check_max_grad_norm(type(self).__name__, max_grad_norm)
         # What zero_grad(set_to_none=True) does, without its per-call
         # profiler and dynamo wrappers (a few percent of a ~1 ms update;
         # docs/benchmarks.md).
@@ -150,6 +212,10 @@ def clip_grad_norm(param_groups, max_norm: float) -> torch.Tensor:
     The same arithmetic as `torch.nn.utils.clip_grad_norm_` in three foreach
     kernels, without its per-call checks (a noticeable cost at one update
     per millisecond).
+
+    Args:
+        param_groups: the optimizers' parameter groups.
+        max_norm: a positive number (`check_max_grad_norm`).
 
     Returns:
         The global norm before clipping.

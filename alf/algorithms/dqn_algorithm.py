@@ -9,13 +9,15 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from alf.algorithms.algorithm import check_learning_rate
+from alf.algorithms.algorithm import (check_learning_rate,
+                                      check_max_grad_norm, check_number)
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
                                                  polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
 from alf.networks.q_network import QNetwork
 from alf.replay_buffers import Replay
 from alf.utils import distributed
+from alf.utils.errors import ConfigError
 from alf.utils.optim import Adam
 
 
@@ -30,18 +32,23 @@ class DQNAlgorithm(OffPolicyAlgorithm):
             mapping observations [B, ...] to Q-values [B, n].
         learning_rate: Adam's learning rate.
         adam_eps: Adam's epsilon.
-        gamma: discount.
+        adam_eps: Adam's epsilon (>= 0).
+        gamma: discount, in [0, 1].
         double_dqn: pick the bootstrap action with the online network and
             value it with the target network (False: max of the target).
-        target_update_period: gradient updates between target updates.
-        target_update_tau: 1 copies the online network at each target
-            update; below 1, Polyak-averages towards it.
-        epsilon_start, epsilon_final: epsilon-greedy exploration, from
-            ``epsilon_start`` down to ``epsilon_final`` linearly over the
-            first ``exploration_fraction`` of training.
-        exploration_fraction: see above.
-        epsilon_eval: epsilon of `predict_step` (0: greedy).
-        max_grad_norm: global gradient-norm clip (None: off).
+        target_update_period: gradient updates between target updates (a
+            positive integer).
+        target_update_tau: in (0, 1]: 1 copies the online network at each
+            target update; below 1, Polyak-averages towards it.
+        epsilon_start, epsilon_final: epsilon-greedy exploration (each a
+            probability, in [0, 1]), from ``epsilon_start`` to
+            ``epsilon_final`` linearly over the first
+            ``exploration_fraction`` of training.
+        exploration_fraction: the fraction of training (in [0, 1]) over
+            which epsilon moves; 0: ``epsilon_final`` from the start.
+        epsilon_eval: epsilon of `predict_step`, in [0, 1] (0: greedy).
+        max_grad_norm: global gradient-norm clip, a positive number (None:
+            off).
         replay: the replay strategy, e.g. ``@PrioritizedReplay()`` in gin
             (None: `UniformReplay`); see `OffPolicyAlgorithm`.
         priority_alpha, priority_beta: deprecated; see
@@ -67,6 +74,24 @@ class DQNAlgorithm(OffPolicyAlgorithm):
                  priority_alpha: Optional[float] = None,
                  priority_beta: Optional[float] = None):
         check_learning_rate("DQNAlgorithm", learning_rate)
+        check_max_grad_norm("DQNAlgorithm", max_grad_norm)
+        check_number("DQNAlgorithm.adam_eps", adam_eps, 0.0)
+        check_number("DQNAlgorithm.gamma", gamma, 0.0, 1.0)
+        # 0 would divide by zero at the first update.
+        if (isinstance(target_update_period, bool)
+                or not isinstance(target_update_period, int)
+                or target_update_period < 1):
+            raise ConfigError(
+                f"DQNAlgorithm.target_update_period="
+                f"{target_update_period!r}; valid: a positive integer "
+                "(gradient updates between target updates)")
+        check_number("DQNAlgorithm.target_update_tau", target_update_tau,
+                     0.0, 1.0, low_open=True)
+        for name, value in (("epsilon_start", epsilon_start),
+                            ("epsilon_final", epsilon_final),
+                            ("exploration_fraction", exploration_fraction),
+                            ("epsilon_eval", epsilon_eval)):
+            check_number(f"DQNAlgorithm.{name}", value, 0.0, 1.0)
         # Explicit replay options (no **kwargs): gin then refuses a
         # misspelled parameter when it parses the config.
         super().__init__(observation_space, action_space, config,

@@ -79,6 +79,19 @@ class OffPolicyAlgorithm(RLAlgorithm):
                     f"TrainerConfig.{name}={getattr(config, name)} is more "
                     f"than the replay buffer holds ({held} transitions); "
                     f"raise replay_buffer_capacity or lower {name}")
+        per_iter = config.steps_per_iteration
+        runs = -(-config.num_env_steps // per_iter) * per_iter
+        if runs < max(config.initial_collect_steps, config.minibatch_size):
+            # Both global. The run would end (with checkpoints) having
+            # acted at random throughout, without one update.
+            raise ConfigError(
+                f"TrainerConfig.num_env_steps={config.num_env_steps} "
+                f"({runs} in whole iterations) ends before the first "
+                f"update, which waits for initial_collect_steps="
+                f"{config.initial_collect_steps} (random env steps of all "
+                f"processes together) and one minibatch ("
+                f"{config.minibatch_size}); raise num_env_steps or lower "
+                "initial_collect_steps")
         self._check_replay_memory(config, steps, replay)
         self.replay = replay
         # Registered under the name it always had: checkpoint keys and
@@ -151,23 +164,38 @@ class OffPolicyAlgorithm(RLAlgorithm):
         return low + (high - low) * torch.rand((n, ) + low.shape,
                                                device=self.device)
 
+    def local_state(self) -> Dict[str, torch.Tensor]:
+        """This rank's replay buffer's contents, if
+        ``TrainerConfig.checkpoint_replay``."""
+        if not self.config.checkpoint_replay:
+            return {}
+        return self.replay_buffer.contents()
+
+    def load_local_state(self, state: Dict[str, torch.Tensor]) -> None:
+        self.replay_buffer.load_contents(
+            state, self.example_experience(self.config.local_num_envs))
+
     def on_resume(self, env_steps: int) -> None:
-        """Checkpoints hold no replay contents, so a resumed run starts
-        with an empty buffer. It refills it with the restored policy:
-        acting at random again, as a fresh run's initial collection does,
-        would throw away what the checkpoint learnt. Updates wait, as at
-        the start, until the buffer holds the initial collection."""
+        """Without its replay contents (`local_state`) a resumed rank
+        starts with an empty buffer. It refills it with the restored
+        policy: acting at random again, as a fresh run's initial
+        collection does, would throw away what the checkpoint learnt.
+        Updates wait, as at the start, until the buffer holds the initial
+        collection."""
         world = max(1, self.config.world_size)
         self._num_stored = max(self._num_stored, env_steps // world)
-        # A strategy of the user's may checkpoint its storage.
-        if len(self.replay) == 0 and distributed.get_rank() == 0:
+        if len(self.replay) == 0:
+            why = ("TrainerConfig.checkpoint_replay=False"
+                   if not self.config.checkpoint_replay else
+                   "none was saved with this checkpoint")
             needed = max(self._local_initial_collect,
-                         self._local_minibatch_size, 1) * world
+                         self._local_minibatch_size, 1)
             logging.warning(
-                "resumed with an empty replay buffer (checkpoints do not "
-                "hold its contents): updates resume once it holds %d "
-                "transitions again, collected with the restored policy",
-                needed)
+                "%sresumed with an empty replay buffer (%s): updates resume "
+                "once it holds %d transitions again, collected with the "
+                "restored policy",
+                f"rank {distributed.get_rank()}: " if world > 1 else "",
+                why, needed)
 
     # ---- training ---------------------------------------------------------
     def store(self, exp: Experience) -> None:
@@ -195,6 +223,13 @@ class OffPolicyAlgorithm(RLAlgorithm):
         self._progress = progress
         if not self._ready_everywhere():
             return {}
+        non_finite = f"non-finite {type(self).__name__} loss"
+        # A strategy that takes priorities refuses a non-finite one with a
+        # traceback of its own, so the loss is checked before it sees them.
+        # Not for one that ignores them: a check per update syncs with the
+        # device; the mean below catches a NaN there.
+        takes_priorities = (type(self.replay).update_priorities
+                            is not Replay.update_priorities)
         names, stats = None, []
         for _ in range(self._num_updates):
             sample = self.replay.sample(self._local_minibatch_size, progress)
@@ -202,6 +237,8 @@ class OffPolicyAlgorithm(RLAlgorithm):
                                             sample.loss_scale)
             grad_norm = self.update_with_gradient(loss_info,
                                                   self._max_grad_norm)
+            if takes_priorities and not torch.isfinite(loss_info.loss):
+                raise TrainingError(non_finite)
             self.replay.update_priorities(sample.indices,
                                           loss_info.priority)
             self.after_update()
@@ -210,7 +247,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
                                       *loss_info.extra.values(), grad_norm]))
         means = torch.stack(stats).mean(0)
         if not torch.isfinite(means[0]):
-            raise TrainingError(f"non-finite {type(self).__name__} loss")
+            raise TrainingError(non_finite)
         assert names is not None  # set by the first update
         return dict(zip(names, means.unbind(0)))
 

@@ -16,7 +16,7 @@ import gin
 import gymnasium as gym
 import torch
 
-from alf.algorithms.algorithm import check_learning_rate
+from alf.algorithms.algorithm import check_learning_rate, check_max_grad_norm
 from alf.algorithms.deterministic_offset import (CALIBRATED, CalibratedOffset,
                                                  configured_offset, shift)
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
@@ -327,6 +327,7 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                      Tuple[float, float, float]] = None,
                  deterministic_offset: Optional[PerDimension] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
+        check_max_grad_norm("PPOAlgorithm", max_grad_norm)
         _check_explore_fraction(explore_fraction, explore_fraction_schedule)
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,

@@ -171,6 +171,20 @@ class RLAlgorithm(Algorithm):
         (all ranks' env steps) is loaded; not on a fresh start. For state
         that checkpoints do not hold."""
 
+    def local_state(self) -> Dict[str, torch.Tensor]:
+        """What this rank alone holds and a checkpoint (rank 0's state,
+        equal on every rank) does not, e.g. its replay buffer's contents:
+        each rank saves it beside every checkpoint. Empty: nothing."""
+        return {}
+
+    def load_local_state(self, state: Dict[str, torch.Tensor]) -> None:
+        """Restores what `local_state` returned, before `on_resume`.
+
+        Raises:
+            ValueError: ``state`` does not fit this algorithm (nothing is
+                changed).
+        """
+
     def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
         """Trains on the stored experience.
 

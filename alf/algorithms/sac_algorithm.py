@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alf.algorithms.algorithm import check_learning_rate
+from alf.algorithms.algorithm import (check_learning_rate,
+                                      check_max_grad_norm, check_number)
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
                                                  polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
@@ -81,15 +82,18 @@ class SACAlgorithm(OffPolicyAlgorithm):
         critic_ctor: ``(observation_space, action_space) -> module`` like
             `CriticEnsemble` (Q-values [k, B]; ``detach_params``).
         learning_rate: Adam's learning rate (actor, critics and alpha).
-        gamma: discount.
-        tau: Polyak coefficient of the target critics per update.
-        initial_alpha: initial entropy temperature.
-        target_entropy: entropy target (default ``-action_dim``).
+        gamma: discount, in [0, 1].
+        tau: Polyak coefficient of the target critics per update, in
+            (0, 1] (1: copy).
+        initial_alpha: initial entropy temperature, > 0 (it is learnt as
+            its logarithm).
+        target_entropy: entropy target, a number (default
+            ``-action_dim``).
         replay: the replay strategy, e.g. ``@PrioritizedGlobalReplay()`` in
             gin (None: `UniformReplay`); see `OffPolicyAlgorithm`.
         priority_alpha, priority_beta: deprecated; see
             `OffPolicyAlgorithm`.
-        max_grad_norm: see `OffPolicyAlgorithm`.
+        max_grad_norm: see `OffPolicyAlgorithm`; a positive number or None.
     """
 
     supported_action_spaces = (gym.spaces.Box, )
@@ -110,6 +114,14 @@ class SACAlgorithm(OffPolicyAlgorithm):
                  priority_beta: Optional[float] = None,
                  max_grad_norm: Optional[float] = None):
         check_learning_rate("SACAlgorithm", learning_rate)
+        check_max_grad_norm("SACAlgorithm", max_grad_norm)
+        check_number("SACAlgorithm.gamma", gamma, 0.0, 1.0)
+        check_number("SACAlgorithm.tau", tau, 0.0, 1.0, low_open=True)
+        check_number("SACAlgorithm.initial_alpha", initial_alpha, 0.0,
+                     low_open=True)
+        if target_entropy is not None:
+            check_number("SACAlgorithm.target_entropy", target_entropy,
+                         -math.inf)
         # Explicit replay options (no **kwargs): gin then refuses a
         # misspelled parameter when it parses the config.
         super().__init__(observation_space, action_space, config,

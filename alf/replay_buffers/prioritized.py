@@ -20,6 +20,8 @@ fewer than ``B / N`` items (even none), so the loss is
 of the ranks' gradients is then the single buffer's ``mean(w_i * l_i)``
 gradient.
 """
+import math
+from numbers import Real
 from typing import Optional
 
 import torch
@@ -27,6 +29,40 @@ import torch
 from alf.replay_buffers.replay_buffer import ReplayBuffer, ReplaySample
 from alf.replay_buffers.sum_tree import SumTree
 from alf.utils import distributed
+from alf.utils.errors import ConfigError
+
+
+def check_priority_options(owner: str, alpha, eps, beta=None) -> None:
+    """Refuses prioritized-replay options outside their ranges, when the
+    strategy or buffer is built (before training).
+
+    ``alpha`` must be a number >= 0 (a negative one favours the items
+    with the smallest TD errors); ``eps`` a number >= 0 (``|td| + eps`` is
+    raised to ``alpha``: a negative ``eps`` makes priorities negative or NaN,
+    refused mid-training; 0 is allowed, but an item whose TD error is
+    exactly 0 is then never drawn again); ``beta`` (None: not checked) a
+    number in [0, 1] (an importance-sampling exponent: 1 is the full
+    correction).
+
+    Args:
+        owner: the configurable's name, for the message
+            (``PrioritizedReplay``).
+        alpha, eps, beta: the values given.
+
+    Raises:
+        ConfigError: naming ``owner.<option>``, the value and its range.
+    """
+    for name, value, high, valid in (
+            ("alpha", alpha, math.inf, "a number >= 0 (0: uniform)"),
+            ("eps", eps, math.inf, "a number >= 0 (added to every "
+             "priority; e.g. 1e-6)"),
+            ("beta", beta, 1.0, "a number in [0, 1] (1: full "
+             "correction)")):
+        if name == "beta" and value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, Real)
+                or not math.isfinite(value) or not 0 <= value <= high):
+            raise ConfigError(f"{owner}.{name}={value!r}; valid: {valid}")
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -39,9 +75,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     Args:
         capacity, batch_size, include_in_checkpoint, device: see
             `ReplayBuffer`.
-        alpha: how much prioritisation is used (0: uniform).
+        alpha: how much prioritisation is used, >= 0 (0: uniform).
         eps: added to every priority given to `update_priorities`, so no
-            item becomes impossible to draw.
+            item becomes impossible to draw; >= 0 (with 0, an item whose
+            priority is set to 0 is never drawn again).
         global_sampling: in distributed training, sample the union of all
             ranks' buffers (module docstring); otherwise each rank samples
             its own.
@@ -58,9 +95,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                  include_in_checkpoint: bool = False,
                  device: Optional[torch.device] = None,
                  sampling_seed: Optional[int] = None):
+        check_priority_options(type(self).__name__, alpha, eps)
         super().__init__(capacity, batch_size, include_in_checkpoint, device)
-        if alpha < 0:
-            raise ValueError(f"alpha={alpha} must be >= 0")
         self.alpha = alpha
         self.eps = eps
         self.global_sampling = global_sampling

@@ -7,7 +7,8 @@ from typing import Optional
 import gin
 import torch
 
-from alf.replay_buffers.prioritized import PrioritizedReplayBuffer
+from alf.replay_buffers.prioritized import (PrioritizedReplayBuffer,
+                                           check_priority_options)
 from alf.replay_buffers.replay import Replay
 from alf.replay_buffers.replay_buffer import ReplaySample
 from alf.replay_buffers.sum_tree import SumTree
@@ -26,6 +27,9 @@ class _Prioritized(Replay):
 
     def __init__(self, alpha: float = 0.6, beta: float = 0.4,
                  eps: float = 1e-6):
+        # Here as well as in the buffer: the message names the binding the
+        # user wrote (PrioritizedReplay.alpha), and beta is only used here.
+        check_priority_options(type(self).__name__, alpha, eps, beta)
         self.alpha = alpha
         self.beta0 = beta
         self.eps = eps
@@ -69,11 +73,13 @@ class PrioritizedReplay(_Prioritized):
     ``PrioritizedReplay.alpha = 0.6`` and so on.
 
     Args:
-        alpha: how much prioritisation is used (0: uniform).
-        beta: the importance-weight exponent at the start of training; it
-            grows linearly to 1 at the end (full correction).
+        alpha: how much prioritisation is used, a number >= 0 (0:
+            uniform).
+        beta: the importance-weight exponent at the start of training, in
+            [0, 1]; it grows linearly to 1 at the end (full correction).
         eps: added to every priority given to `update_priorities`, so no
-            item becomes impossible to draw.
+            item becomes impossible to draw; a number >= 0 (0 is allowed:
+            an item whose TD error is then exactly 0 is never drawn again).
 
     Example:
         >>> import torch

@@ -6,7 +6,7 @@ follow ``.to(device)`` and, optionally, checkpoints; it is also exactly what
 distributed training must keep out of DDP's buffer broadcast (each rank holds
 its own experience).
 """
-from typing import Any, Iterator, List, NamedTuple, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -14,6 +14,9 @@ from torch import nn
 from alf import nest
 from alf.utils import distributed
 from alf.utils.memory import check_allocation
+
+
+_CAPACITY = "capacity"  # a key of `ReplayBuffer.contents`
 
 
 class ReplaySample(NamedTuple):
@@ -71,6 +74,7 @@ class ReplayBuffer(nn.Module):
         self.register_buffer("_num_added", torch.zeros((), dtype=torch.int64),
                              persistent=include_in_checkpoint)
         self._added = 0  # python mirror of _num_added: no .item() per step
+        self._spec_from_example = False  # see `load_contents`
 
     def storage_bytes(self, batch) -> int:
         """Bytes of the storage for time steps like ``batch`` (a nest of
@@ -133,6 +137,12 @@ class ReplayBuffer(nn.Module):
         if self._treespec is None:
             self._build(batch)
         elif nest.structure(batch) != self._treespec:
+            if self._spec_from_example and self._fits(batch):
+                # Restored contents: the storage was made from an example
+                # whose nest may differ in form, not in its leaves.
+                self._treespec = nest.structure(batch)
+                self._spec_from_example = False
+                return self.add_batch(batch)
             raise ValueError(
                 f"add_batch: structure {nest.structure(batch)} differs from "
                 f"the stored {self._treespec}")
@@ -185,6 +195,75 @@ class ReplayBuffer(nn.Module):
         """Forgets the contents (the storage is kept for reuse)."""
         self._added = 0
         self._num_added.zero_()
+
+    def contents(self) -> Dict[str, torch.Tensor]:
+        """Everything stored, for a file beside a checkpoint: every buffer
+        of this module and its children (a subclass's sum tree too),
+        persistent or not, on the CPU; the storage only up to what was
+        filled. Empty before the first `add_batch`."""
+        if self._treespec is None:
+            return {}
+        n = self.num_steps
+        # A copy of the filled part: torch.save writes a view's whole
+        # storage.
+        out = {name: (t[:n].to("cpu", copy=True) if name in self._leaf_names
+                      else t.cpu()) for name, t in self.named_buffers()}
+        # Where each step sits in the ring depends on it.
+        out[_CAPACITY] = torch.tensor(self.capacity)
+        return out
+
+    def load_contents(self, contents: Dict[str, torch.Tensor],
+                      example) -> None:
+        """Restores `contents` (another buffer's, of the same sizes).
+
+        Args:
+            contents: what `contents` returned.
+            example: one time step like those stored (a nest of [B, ...]),
+                from which the storage is made if it is not yet.
+
+        Raises:
+            ValueError: ``contents`` does not fit this buffer (other
+                capacity, streams or transitions); nothing is changed.
+        """
+        contents = dict(contents)
+        capacity = int(contents.pop(_CAPACITY, -1))
+        if capacity != self.capacity:
+            raise ValueError(f"stored contents are of a buffer of "
+                             f"{capacity} steps, not {self.capacity}")
+        fresh = self._treespec is None
+        if fresh:
+            self._build(example)
+        own = dict(self.named_buffers())
+        def fits(name: str, t: torch.Tensor) -> bool:
+            mine = own[name]
+            if name not in self._leaf_names:  # counters, trees: whole
+                return t.dtype == mine.dtype and t.shape == mine.shape
+            return (t.dtype == mine.dtype and t.shape[1:] == mine.shape[1:]
+                    and len(t) <= len(mine))
+
+        bad = sorted(set(own) ^ set(contents)) or [
+            k for k, t in contents.items() if not fits(k, t)]
+        if bad:
+            if fresh:  # leave it as it was: storage made on first add
+                for name in self._leaf_names:
+                    delattr(self, name)
+                self._leaf_names, self._treespec = [], None
+            raise ValueError(f"stored contents do not fit this buffer "
+                             f"({bad[0]}: capacity {self.capacity} x "
+                             f"{self.batch_size} streams)")
+        self._spec_from_example = fresh
+        with torch.no_grad():
+            for k, t in contents.items():
+                (own[k][:len(t)] if k in self._leaf_names else own[k]
+                 ).copy_(t)
+        self._added = int(self._num_added)
+
+    def _fits(self, batch) -> bool:
+        """Whether ``batch``'s leaves are shaped and typed as stored."""
+        leaves, storage = nest.flatten(batch), self._storage()
+        return len(leaves) == len(storage) and all(
+            leaf.shape == s.shape[1:] and leaf.dtype == s.dtype
+            for leaf, s in zip(leaves, storage))
 
     def _check_nonempty(self, n: int) -> None:
         if len(self) < n:

@@ -14,6 +14,7 @@ import torch
 from alf.utils.errors import CheckpointError
 
 _NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+_LOCAL = re.compile(r"^local-(\d+)-rank(\d+)\.pt$")
 #: The best evaluation's checkpoint and its record, beside the others.
 BEST, BEST_INFO = "best.pt", "best.json"
 
@@ -117,6 +118,53 @@ class Checkpointer:
             if os.path.exists(path):
                 os.replace(path, stem + ext)
         return stem + ".pt"
+
+    def local_path(self, env_steps: int, rank: int) -> str:
+        """Where rank ``rank`` keeps its own state (`save_local`) for the
+        checkpoint at ``env_steps``."""
+        return os.path.join(self.ckpt_dir,
+                            f"local-{env_steps}-rank{rank}.pt")
+
+    def save_local(self, state: Dict[str, Any], env_steps: int, rank: int,
+                   world_size: int) -> str:
+        """Writes a rank's own state (`RLAlgorithm.local_state`) for the
+        checkpoint at ``env_steps`` atomically, then deletes the rank's
+        older ones (and, on rank 0, those of ranks the run no longer has):
+        only the newest is kept, as it can be the size of a replay buffer.
+
+        Raises:
+            CheckpointError: as `save`.
+        """
+        path = self.local_path(env_steps, rank)
+        self._write({"format": 1, "env_steps": env_steps, "rank": rank,
+                     "world_size": world_size, "state": state}, path)
+        for old in glob.glob(os.path.join(self.ckpt_dir, "local-*-rank*.pt")):
+            m = _LOCAL.match(os.path.basename(old))
+            if m and old != path and (int(m.group(2)) == rank or (
+                    rank == 0 and int(m.group(2)) >= world_size)):
+                _remove_quietly(old)
+        return path
+
+    def load_local(self, env_steps: int, rank: int, world_size: int
+                   ) -> Optional[Dict[str, Any]]:
+        """Rank ``rank``'s own state saved with the checkpoint at
+        ``env_steps`` by a run of ``world_size`` ranks, or None if there is
+        none.
+
+        Raises:
+            CheckpointError: the file is unreadable or from a run of
+                another number of ranks (naming it).
+        """
+        path = self.local_path(env_steps, rank)
+        if not os.path.exists(path):
+            return None
+        saved = Checkpointer.load(path, advice="it is ignored")
+        if saved.get("world_size") != world_size or not isinstance(
+                saved.get("state"), dict):
+            raise CheckpointError(
+                f"{path} was saved by a run of {saved.get('world_size')} "
+                f"processes, not {world_size}; it is ignored")
+        return saved["state"]
 
     def _best_info(self) -> Optional[Dict[str, Any]]:
         """``best.json``'s record as written, or None without a readable

@@ -94,10 +94,57 @@ class RunState:
     def save(self, iteration: int, env_steps: int) -> Optional[str]:
         """Writes a regular checkpoint on rank 0; returns its path (None on
         other ranks)."""
+        local = self._algorithm.local_state()
+        if local:
+            self.checkpointer.save_local(local, env_steps,
+                                         distributed.get_rank(),
+                                         distributed.get_world_size())
         if not self._is_chief:
             return None
         return self.checkpointer.save(self.state(iteration, env_steps),
                                       env_steps)
+
+    def _restore_local(self, env_steps: int) -> None:
+        """Every rank restores its own state saved with the checkpoint at
+        ``env_steps`` (`RLAlgorithm.local_state`), or none does (a
+        collective): ranks that differ in what they hold could disagree
+        on when to train, which would break their lockstep.
+
+        Raises:
+            CheckpointError: some ranks' states were restored, and another
+                rank's does not fit (on every rank).
+        """
+        rank, world = distributed.get_rank(), distributed.get_world_size()
+        state, problem = None, None
+        try:
+            state = self.checkpointer.load_local(env_steps, rank, world)
+        except CheckpointError as e:
+            problem = str(e)
+        if _any_rank(state is None) or state is None:
+            if problem:
+                logging.warning("%s", problem)
+            return
+        try:
+            self._algorithm.load_local_state(state)
+        except ValueError as e:  # the config's sizes changed
+            problem = str(e)
+        failed = problem is not None
+        if not _any_rank(failed):
+            return
+        if not _any_rank(not failed):  # the config's sizes changed
+            if rank == 0:
+                logging.warning("%s does not fit this config (%s); it is "
+                                "ignored", self.checkpointer.local_path(
+                                    env_steps, rank), problem)
+            return
+        # Equal configs make this all or nothing; should it not be, the
+        # ranks must not train on different footings.
+        where = os.path.join(self.checkpointer.ckpt_dir,
+                             f"local-{env_steps}-rank*.pt")
+        raise CheckpointError(
+            f"{where}: a rank's saved replay does not fit this config "
+            f"({problem or 'on another rank'}); move these files away to "
+            "resume without them")
 
     def restore(self) -> Optional[Resumed]:
         """Loads the latest checkpoint into the algorithm, its optimizers
@@ -140,6 +187,7 @@ class RunState:
                 f"checkpoint {path} does not fit this config "
                 f"({_first_detail(e)}); {RESUME_ADVICE}") from e
         self._episodes.total_episodes = counters["episodes"]
+        self._restore_local(counters["env_steps"])
         resumed = Resumed(path, counters["iteration"], counters["env_steps"],
                           state["rng"]["torch"])
         if self._is_chief:
@@ -306,3 +354,11 @@ def _first_detail(error: Exception) -> str:
     detail = lines[1] if len(lines) > 1 else (lines[0] if lines else
                                               type(error).__name__)
     return detail[:300]
+
+
+def _any_rank(flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank (a collective under DDP)."""
+    if distributed.get_world_size() == 1:
+        return flag
+    return bool(distributed.all_reduce_max(
+        torch.tensor([float(flag)]))[0])

@@ -201,6 +201,13 @@ class TrainerConfig:
         checkpoint_interval: save a checkpoint every this many iterations
             (and always at the end and on Ctrl-C).
         max_checkpoints: keep this many newest checkpoints (None: all).
+        checkpoint_replay: off-policy: with every checkpoint each rank
+            also saves its replay buffer's contents, as
+            ``ckpt/local-<env_steps>-rank<r>.pt`` (only the newest kept),
+            so that a resumed run goes on with them. False (or a resume
+            from an older checkpoint, or another number of processes):
+            the resumed run refills an empty buffer with its restored
+            policy before updates resume.
         best_metric: the evaluation metric (higher is better) whose best
             value so far keeps its checkpoint as ``ckpt/best.pt``, with
             ``ckpt/best.json`` saying when and what it scored; never
@@ -272,6 +279,7 @@ class TrainerConfig:
     summary_interval: int = 10
     checkpoint_interval: int = 100
     max_checkpoints: Optional[int] = 5
+    checkpoint_replay: bool = True
     best_metric: Optional[str] = "average_return"
     torch_num_threads: int = 1
     log_interval_seconds: float = 10.0

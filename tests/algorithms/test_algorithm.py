@@ -229,3 +229,36 @@ def test_unknown_constructor_argument_is_a_type_error(name):
     # is refused instead of being passed on silently.
     with pytest.raises(TypeError, match="learning_rat"):
         _build(name, learning_rat=3e-4)
+
+
+# ---- max_grad_norm -----------------------------------------------------------
+BAD_MAX_GRAD_NORMS = [-1.0, 0.0, 0, float("nan"), float("inf"), "abc", True]
+
+
+@pytest.mark.parametrize("name", ["SACAlgorithm", "DQNAlgorithm"])
+@pytest.mark.parametrize("value", BAD_MAX_GRAD_NORMS)
+def test_bad_max_grad_norm_is_refused_when_built(name, value):
+    # -1 flipped every gradient and 0 zeroed them, both silently.
+    from alf.utils.errors import one_line
+    with pytest.raises(ConfigError) as info:
+        _build(name, max_grad_norm=value)
+    msg = one_line(info.value)
+    assert msg == (f"{name}.max_grad_norm={value!r}; it must be a positive "
+                   "number, or None (no clipping)"), msg
+
+
+@pytest.mark.parametrize("name", ["SACAlgorithm", "DQNAlgorithm"])
+@pytest.mark.parametrize("value", [None, 0.5, 10])
+def test_good_max_grad_norm_is_kept(name, value):
+    assert _build(name, max_grad_norm=value)._max_grad_norm == value
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0])
+def test_update_with_gradient_refuses_a_bad_max_grad_norm_untouched(value):
+    # The backstop for an algorithm that does not check when built (PPO,
+    # PPG): refused before any parameter moves.
+    alg = TwoNets()
+    before = [p.detach().clone() for p in alg.parameters()]
+    with pytest.raises(ConfigError, match=r"^TwoNets\.max_grad_norm="):
+        alg.update_with_gradient(alg.loss(_x()), max_grad_norm=value)
+    assert all(torch.equal(p, b) for p, b in zip(alg.parameters(), before))

@@ -105,3 +105,101 @@ def test_capacity_smaller_than_one_unroll_is_refused():
 def test_minibatch_or_initial_collection_larger_than_buffer(name):
     with pytest.raises(ConfigError, match=f"{name}=40 .* holds \\(16"):
         DQNAlgorithm(OBS, gym.spaces.Discrete(3), _config(**{name: 40}))
+
+
+# ---- settings refused when built ---------------------------------------------
+@pytest.mark.parametrize("name,value,valid", [
+    ("gamma", -0.1, "a number in [0, 1]"),
+    ("gamma", 1.5, "a number in [0, 1]"),
+    ("gamma", float("nan"), "a number in [0, 1]"),
+    ("gamma", "0.9", "a number in [0, 1]"),
+    ("target_update_tau", 0.0, "a number in (0, 1]"),
+    ("target_update_tau", 1.5, "a number in (0, 1]"),
+    ("target_update_tau", -0.5, "a number in (0, 1]"),
+    ("epsilon_start", 1.1, "a number in [0, 1]"),
+    ("epsilon_start", -0.1, "a number in [0, 1]"),
+    ("epsilon_final", -0.01, "a number in [0, 1]"),
+    ("epsilon_final", 2, "a number in [0, 1]"),
+    ("exploration_fraction", -0.5, "a number in [0, 1]"),
+    ("exploration_fraction", 1.5, "a number in [0, 1]"),
+    ("epsilon_eval", 1.5, "a number in [0, 1]"),
+    ("epsilon_eval", True, "a number in [0, 1]"),
+    ("adam_eps", -1e-8, "a number >= 0"),
+])
+def test_bad_setting_is_one_line_naming_it_and_the_range(name, value, valid):
+    from alf.utils.errors import one_line
+    with pytest.raises(ConfigError) as info:
+        _dqn(**{name: value})
+    assert one_line(info.value) == (f"DQNAlgorithm.{name}={value!r}; "
+                                    f"valid: {valid}")
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "10"])
+def test_bad_target_update_period_is_refused(value):
+    # 0 was a ZeroDivisionError at the first update.
+    with pytest.raises(ConfigError, match=(
+            rf"^DQNAlgorithm\.target_update_period={value!r}; valid: a "
+            "positive integer")):
+        _dqn(target_update_period=value)
+
+
+def test_settings_at_the_ends_of_their_ranges_are_accepted():
+    alg = _dqn(gamma=1.0, target_update_tau=1.0, target_update_period=1,
+               epsilon_start=0.0, epsilon_final=1.0,
+               exploration_fraction=0.0, epsilon_eval=1.0, adam_eps=0.0)
+    assert alg.epsilon() == 1.0  # fraction 0: the final epsilon at once
+    _dqn(gamma=0.0, exploration_fraction=1.0, target_update_tau=1e-3)
+
+
+@pytest.mark.parametrize("steps", [768, 992])
+def test_a_run_that_ends_before_its_first_update_is_refused(steps):
+    # 768 used to finish with exit 0, checkpoints and no update.
+    with pytest.raises(ConfigError) as info:
+        DQNAlgorithm(OBS, gym.spaces.Discrete(3), _config(
+            num_env_steps=steps, initial_collect_steps=1000,
+            replay_buffer_capacity=2000))
+    assert str(info.value).splitlines()[0] == (
+        f"TrainerConfig.num_env_steps={steps} ({steps} in whole "
+        "iterations) ends before the first update, which waits for "
+        "initial_collect_steps=1000 (random env steps of all processes "
+        "together) and one minibatch (4); raise num_env_steps or lower "
+        "initial_collect_steps")
+
+
+@pytest.mark.parametrize("steps", [993, 1000])
+def test_a_run_that_reaches_its_first_update_is_accepted(steps):
+    # Iterations of 8 env steps: 993 runs 1000, the first update's.
+    DQNAlgorithm(OBS, gym.spaces.Discrete(3), _config(
+        num_env_steps=steps, initial_collect_steps=1000,
+        replay_buffer_capacity=2000))
+
+
+def _store(alg, steps):
+    g = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        obs = torch.randn(2, 3, generator=g)
+        alg.store(Experience(obs, torch.tensor([0, 1]), torch.ones(2),
+                             torch.zeros(2, dtype=torch.bool),
+                             torch.zeros(2, dtype=torch.bool),
+                             torch.randn(2, 3, generator=g)))
+
+
+@pytest.mark.parametrize("replay", ["PrioritizedReplay",
+                                    "PrioritizedGlobalReplay",
+                                    "UniformReplay"])
+def test_non_finite_loss_is_the_same_training_error_with_any_replay(replay):
+    # With prioritized replay it was update_priorities' ValueError (a
+    # traceback, and retried by --max_restarts).
+    import alf.replay_buffers as replay_buffers
+    from alf.utils.errors import TrainingError
+    alg = _dqn(replay=getattr(replay_buffers, replay)())
+    _store(alg, 4)
+    with torch.no_grad():
+        for p in alg.q_net.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises(TrainingError) as info:
+        alg.train_iter(0.5)
+    assert str(info.value) == "non-finite DQNAlgorithm loss"
+    # Priorities stay as they were: no NaN reached the sum tree.
+    tree = getattr(alg.replay_buffer, "sum_tree", None)
+    assert tree is None or bool(torch.isfinite(tree.total()))

@@ -43,26 +43,72 @@ def test_a_checkpoint_taken_during_the_initial_collection_goes_on_with_it():
     assert alg.rollout_step(obs) == "policy"
 
 
+def _train(root, steps, *extra):
+    """DQN on CartPole: iterations of 256 env steps, updates from 500."""
+    alf.trainers.parse_config(["dqn_cart_pole.gin"], [
+        f"TrainerConfig.num_env_steps={steps}",
+        "TrainerConfig.initial_collect_steps=500",
+        "TrainerConfig.num_updates_per_iter=4",
+        "TrainerConfig.checkpoint_interval=1",
+        "TrainerConfig.eval_interval=0",
+        "TrainerConfig.num_eval_episodes=1", *extra])
+    try:
+        trainer = Trainer(str(root))
+        trainer.train()
+    finally:
+        gin.clear_config()
+    return trainer.algorithm
+
+
+def _local_files(root):
+    return sorted(p.name for p in (root / "ckpt").glob("local-*"))
+
+
 @pytest.mark.timeout(240)
-def test_the_trainer_tells_a_resumed_algorithm_where_it_resumed(
+def test_a_resumed_run_goes_on_with_its_replay_buffer(tmp_path):
+    first = _train(tmp_path, 512)
+    assert int(first.num_updates) == 4  # from the second iteration
+    assert _local_files(tmp_path) == ["local-512-rank0.pt"]
+    stored = first.replay_buffer.contents()
+    resumed = _train(tmp_path, 768)
+    # The 512 transitions it restored and 256 more: it trained at once.
+    assert int(resumed.num_updates) == 8
+    assert len(resumed.replay) == 768
+    got = resumed.replay_buffer.contents()
+    for name, t in stored.items():
+        if name.startswith("_storage"):
+            assert torch.equal(got[name][:len(t)], t), name
+    assert _local_files(tmp_path) == ["local-768-rank0.pt"]  # newest only
+
+
+@pytest.mark.timeout(240)
+def test_without_checkpoint_replay_a_resumed_run_refills_its_buffer(
         tmp_path, monkeypatch):
-    seen = []
-    monkeypatch.setattr(DQNAlgorithm, "on_resume",
-                        lambda self, env_steps: seen.append(env_steps))
+    acted = []
+    monkeypatch.setattr(DQNAlgorithm, "policy_step",
+                        lambda self, obs: acted.append(1) or _greedy(obs))
+    off = "TrainerConfig.checkpoint_replay=False"
+    _train(tmp_path, 512, off)
+    assert _local_files(tmp_path) == []
+    assert len(acted) == 6  # its last 6 of 256 steps: 500 were random
+    acted.clear()
+    resumed = _train(tmp_path, 768, off)
+    assert len(acted) == 128  # the restored policy refills it, all of it
+    assert int(resumed.num_updates) == 4  # none since: 256 < 500 stored
 
-    def train(steps):
-        alf.trainers.parse_config(["dqn_cart_pole.gin"], [
-            f"TrainerConfig.num_env_steps={steps}",
-            "TrainerConfig.initial_collect_steps=64",
-            "TrainerConfig.checkpoint_interval=1",
-            "TrainerConfig.eval_interval=0",
-            "TrainerConfig.num_eval_episodes=1"])
-        try:
-            Trainer(str(tmp_path)).train()
-        finally:
-            gin.clear_config()
 
-    train(256)
-    assert seen == []  # a fresh start
-    train(512)
-    assert seen == [256]
+def _greedy(obs):
+    from alf.data_structures import AlgStep
+    return AlgStep(output=torch.zeros(obs.shape[0], dtype=torch.int64))
+
+
+@pytest.mark.timeout(240)
+def test_a_replay_saved_under_other_sizes_is_ignored_with_a_word(
+        tmp_path, caplog):
+    _train(tmp_path, 512)
+    resumed = _train(tmp_path, 768,
+                     "TrainerConfig.replay_buffer_capacity=20000")
+    assert len(resumed.replay) == 256  # refilled, not the saved 512
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "local-512-rank0.pt does not fit this config" in said, said
+    assert "resumed with an empty replay buffer" in said, said

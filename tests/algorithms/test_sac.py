@@ -106,6 +106,33 @@ def test_actions_stay_in_bounds_and_discrete_is_refused():
         SACAlgorithm(OBS, gym.spaces.Discrete(2), cfg)
 
 
+@pytest.mark.parametrize("name,value,valid", [
+    ("tau", 0.0, "a number in (0, 1]"),
+    ("tau", 1.5, "a number in (0, 1]"),
+    ("tau", -0.005, "a number in (0, 1]"),
+    ("gamma", 1.01, "a number in [0, 1]"),
+    ("gamma", -0.5, "a number in [0, 1]"),
+    ("gamma", float("inf"), "a number in [0, 1]"),
+    # These were "ValueError: math domain error" from log(initial_alpha).
+    ("initial_alpha", 0.0, "a number > 0"),
+    ("initial_alpha", -1.0, "a number > 0"),
+    ("initial_alpha", "1", "a number > 0"),
+    ("target_entropy", float("nan"), "a finite number"),
+])
+def test_bad_setting_is_one_line_naming_it_and_the_range(name, value, valid):
+    from alf.utils.errors import one_line
+    with pytest.raises(ConfigError) as info:
+        _sac(**{name: value})
+    assert one_line(info.value) == (f"SACAlgorithm.{name}={value!r}; "
+                                    f"valid: {valid}")
+
+
+def test_settings_at_the_ends_of_their_ranges_are_accepted():
+    alg = _sac(tau=1.0, gamma=1.0, initial_alpha=1e-8, target_entropy=-3)
+    assert alg._target_entropy == -3
+    _sac(gamma=0.0, tau=1e-6)
+
+
 @pytest.mark.timeout(240)
 def test_sac_learns_pendulum(tmp_path):
     """3,000 env steps take the greedy policy from ~-1200 (random) to

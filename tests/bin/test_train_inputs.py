@@ -15,6 +15,7 @@ SAC_TINY = {"TrainerConfig.num_env_steps": "200",
             "SquashedGaussianActor.hidden_sizes": "(16,)",
             "CriticEnsemble.hidden_sizes": "(16,)"}
 DQN_TINY = {"TrainerConfig.num_env_steps": "256",
+            "TrainerConfig.initial_collect_steps": "128",
             "TrainerConfig.num_eval_episodes": "1"}
 
 

@@ -160,3 +160,13 @@ def test_global_sampling_matches_one_buffer_holding_the_union():
     for rank in range(2):
         for mine, ref in zip(results[rank][3], model.parameters()):
             assert torch.allclose(mine, ref.grad, atol=1e-6), (mine, ref.grad)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(alpha=-1.0), r"^PrioritizedReplayBuffer\.alpha=-1\.0; valid"),
+    (dict(eps=-1e-6), r"^PrioritizedReplayBuffer\.eps=-1e-06; valid"),
+])
+def test_bad_options_of_the_buffer_are_config_errors(kw, match):
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError, match=match):
+        PrioritizedReplayBuffer(2, 2, **kw)

@@ -201,3 +201,46 @@ def test_a_string_trains_exactly_as_its_strategy():
     assert ref.keys() == old.keys()
     for k in ref:
         assert torch.equal(ref[k], old[k]), k
+
+
+# ---- options refused when built ----------------------------------------------
+@pytest.mark.parametrize("cls", PRIORITIZED)
+@pytest.mark.parametrize("name,value,valid", [
+    # -1 was a ValueError with a 47-line traceback; 'x' a TypeError.
+    ("alpha", -1, "a number >= 0 (0: uniform)"),
+    ("alpha", "x", "a number >= 0 (0: uniform)"),
+    ("alpha", float("nan"), "a number >= 0 (0: uniform)"),
+    # -1 was accepted, then refused mid-training as a bad priority.
+    ("eps", -1.0, "a number >= 0 (added to every priority; e.g. 1e-6)"),
+    ("eps", None, "a number >= 0 (added to every priority; e.g. 1e-6)"),
+    # 2 was accepted: beta then shrank towards 1 over training.
+    ("beta", 2.0, "a number in [0, 1] (1: full correction)"),
+    ("beta", -0.1, "a number in [0, 1] (1: full correction)"),
+    ("beta", True, "a number in [0, 1] (1: full correction)"),
+])
+def test_a_bad_prioritized_option_is_one_line_naming_it(cls, name, value,
+                                                        valid):
+    from alf.utils.errors import one_line
+    with pytest.raises(ConfigError) as info:
+        cls(**{name: value})
+    assert one_line(info.value) == (f"{cls.__name__}.{name}={value!r}; "
+                                    f"valid: {valid}")
+
+
+@pytest.mark.parametrize("cls", PRIORITIZED)
+def test_prioritized_options_at_the_ends_of_their_ranges_are_accepted(cls):
+    r = cls(alpha=0, beta=1.0, eps=0.0)
+    assert (r.alpha, r.beta0, r.eps) == (0, 1.0, 0.0)
+    assert cls(alpha=2.0, beta=0.0, eps=1e-3).beta(0.5) == 0.5
+
+
+def test_a_bad_prioritized_binding_is_one_line_through_gin():
+    from alf.utils.errors import one_line
+    try:
+        alf_trainers.parse_config([], ["PrioritizedReplay.alpha = -1"])
+        with pytest.raises(ConfigError) as info:
+            PrioritizedReplay()
+    finally:
+        gin.clear_config()
+    assert one_line(info.value) == ("PrioritizedReplay.alpha=-1; valid: a "
+                                    "number >= 0 (0: uniform)")

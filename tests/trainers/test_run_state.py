@@ -28,6 +28,9 @@ class _Algorithm(torch.nn.Module):
     def load_optimizer_state_dict(self, states):
         self.optimizer.load_state_dict(states[0])
 
+    def local_state(self):  # nothing of its own per rank
+        return {}
+
 
 def _run_state(root, **kw) -> RunState:
     episodes = EpisodeStats(num_envs=1)
