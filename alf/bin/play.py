@@ -29,14 +29,20 @@ candidate's row of ``calibration.csv``).
 rendering, or
 MetaDrive's top-down view (for state-observation policies too). A ``.gif``
 is written with Pillow; an ``.mp4`` needs the ``[video]`` extra
-(imageio with its ffmpeg binary).
+(imageio with its ffmpeg binary). Frames are written as they come (memory
+stays flat however long the play), to a hidden temporary file beside it
+that is renamed into place at the end: a failed or interrupted play
+leaves no file, and an existing one as it was.
 
 Exit codes: 0, 1 for a bad input (one line: a missing run, checkpoint,
 unwritable file), 130 on Ctrl-C.
 """
+import errno
 import inspect
+import json
 import math
 import os
+import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
@@ -64,7 +70,7 @@ def define_flags() -> None:
                          lower_bound=1)
     flags.DEFINE_integer("seed", None, "Episode e starts from seed + e "
                          "(default: the run's evaluation seed, so the "
-                         "episodes are its evaluations').")
+                         "episodes are its evaluations').", lower_bound=0)
     flags.DEFINE_enum("split", "training", SPLITS, "Which of the run's "
                       "environments: its training ones, its held-out ones "
                       "(TrainerConfig.held_out_env_load_fn) or those its "
@@ -113,26 +119,52 @@ def _checkpoint(root_dir: str, which: str) -> Tuple[str, int]:
     """`checkpoint_path` and the env steps the checkpoint was taken at."""
     from alf.trainers.checkpointer import Checkpointer
     ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
-    saved, best = ckpt.saved(), ckpt.best()
-    have = ", ".join(["latest"] + (["best"] if best else []) +
-                     [str(s) for s in saved])
+    saved = ckpt.saved()
+    best, unreadable = _best(ckpt.ckpt_dir)
+    have = ", ".join((["latest"] if saved else []) +
+                     (["best"] if best else []) + [str(s) for s in saved])
     path, steps = None, -1
     if which == "latest":
         path = ckpt.latest()
         steps = max((s for s, p in saved.items() if p == path), default=-1)
     elif which == "best":
-        if best:
-            path, steps = best["path"], int(best["env_steps"])
+        if unreadable:
+            raise ConfigError(f"--checkpoint=best: {unreadable}; play "
+                              f"another (there: {have or 'none'})")
+        path, steps = best or (None, -1)
     elif which.isdigit():
         path, steps = saved.get(int(which)), int(which)
     else:
         raise ConfigError(f"--checkpoint={which!r}: use latest, best or a "
-                          f"number of env steps ({have})")
+                          f"number of env steps ({have or 'none there'})")
     if path is None:
+        # A run between its first evaluation and first periodic checkpoint
+        # has only best.pt: point there rather than say "none".
+        hint = ("; use --checkpoint best" if best and not saved else
+                f"; {unreadable}" if unreadable else "")
         raise ConfigError(f"--checkpoint={which}: no such checkpoint in "
-                          f"{ckpt.ckpt_dir} (there: "
-                          f"{have if saved else 'none'})")
+                          f"{ckpt.ckpt_dir} (there: {have or 'none'}{hint})")
     return path, steps
+
+
+def _best(ckpt_dir: str) -> Tuple[Optional[Tuple[str, int]], Optional[str]]:
+    """``(best.pt's path, its env steps)`` from ``best.json``, or None
+    without a best.pt; and, where best.pt's record cannot be read, what is
+    wrong with it (a crash or an edit can leave it so)."""
+    from alf.trainers.checkpointer import BEST, BEST_INFO
+    path, info = (os.path.join(ckpt_dir, name) for name in (BEST, BEST_INFO))
+    if not os.path.exists(path):
+        return None, None
+    try:
+        with open(info) as f:
+            return (path, int(json.load(f)["env_steps"])), None
+    except FileNotFoundError:
+        return None, f"{info} (best.pt's record) is missing"
+    except OSError as e:
+        return None, f"{info} is unreadable ({e.strerror or e})"
+    except (ValueError, TypeError, KeyError):
+        # Not JSON, or JSON without alf's env_steps.
+        return None, f"{info} is unreadable (not alf's best.json)"
 
 
 def run_config(root_dir: str, env_steps: int) -> str:
@@ -168,14 +200,31 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     Raises:
         AlfError: one line, for a missing run, checkpoint or config, an
             unwritable or unknown ``record_file``, an unknown ``split``
-            or ``held_out`` for a run without held-out environments.
+            or ``held_out`` for a run without held-out environments, a
+            negative ``seed``.
     """
+    if seed is not None and seed < 0:  # the CLI's flag refuses it too
+        raise ConfigError(f"--seed={seed}: a seed is 0 or more")
+    path, cfg, load_fn = open_run(root_dir, checkpoint, split, gin_params)
+    writer = _VideoWriter(record_file, fps) if record_file else None
+    try:
+        rows = _play(cfg, path, load_fn, num_episodes, sampling, writer,
+                     seed, act)
+        if writer:
+            writer.close()
+    finally:
+        if writer:
+            writer.abort()  # a failure or Ctrl-C; nothing left after close
+    return rows
+
+
+def _play(cfg, path: str, load_fn, num_episodes: int, sampling: bool,
+          writer: Optional["_VideoWriter"], seed: Optional[int],
+          act: Optional[Callable]) -> List[Dict[str, float]]:
+    """`play`'s episodes, once the run is open and the video started."""
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
     from alf.trainers import seeds
-
-    path, cfg, load_fn = open_run(root_dir, checkpoint, split, gin_params)
-    writer = _VideoWriter(record_file, fps) if record_file else None
     if seed is None:
         seed = seeds.eval_seed(cfg.seed)
     torch.set_num_threads(cfg.torch_num_threads)
@@ -204,13 +253,10 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     try:
         algorithm = load_algorithm(cfg, path, env.observation_space,
                                    env.action_space)
-        rows = [_episode(env, algorithm, seed + e, sampling, writer, act)
+        return [_episode(env, algorithm, seed + e, sampling, writer, act)
                 for e in range(num_episodes)]
     finally:
         env.close()
-    if writer:
-        writer.close()
-    return rows
 
 
 def _split_load_fn(cfg, split: str, root_dir: str):
@@ -312,55 +358,120 @@ def _takes(fn: Callable, name: str) -> bool:
 
 
 class _VideoWriter:
-    """Collects frames and writes them as a GIF (Pillow) or an MP4
-    (imageio + ffmpeg, the ``video`` extra)."""
+    """Writes frames as they come as a GIF (Pillow) or an MP4 (imageio +
+    ffmpeg, the ``video`` extra), holding one frame at a time.
+
+    The frames go to a hidden temporary file beside ``path`` that `close`
+    renames into place: a failed or interrupted play (`abort`) leaves
+    ``path`` as it was, never empty or cut short.
+    """
 
     def __init__(self, path: str, fps: int):
         ext = os.path.splitext(path)[1].lower()
         if ext not in VIDEO_FORMATS:
             raise ConfigError(f"--record_file={path!r}: use a "
                               f"{' or '.join(VIDEO_FORMATS)} file")
-        if ext == ".mp4":
-            _require("imageio.v2", "imageio_ffmpeg")
-        else:
-            _require("PIL")
-        # Refused before playing, not after.
+        _require(*(("imageio.v2", "imageio_ffmpeg") if ext == ".mp4" else
+                   ("PIL",)))
+        # Refused before playing, not after, and without creating ``path``.
+        folder, name = os.path.split(os.path.abspath(path))
         try:
-            with open(path, "ab"):
-                pass
+            if os.path.isdir(path) or (os.path.exists(path) and
+                                       not os.access(path, os.W_OK)):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{name}.",
+                                             suffix=".tmp" + ext, dir=folder)
         except OSError as e:
             raise ConfigError(f"--record_file={path!r} cannot be written "
                               f"({e.strerror or e})") from e
-        self.path, self.fps = path, fps
-        self.frames: List[np.ndarray] = []
+        self.path, self.count = path, 0
+        # mkstemp's file is the owner's alone: give the video the mode a
+        # plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        self._mode = 0o666 & ~umask
+        if ext == ".gif":
+            self._out = _GifStream(os.fdopen(fd, "wb"), fps)
+            return
+        os.close(fd)
+        try:
+            import imageio.v2 as imageio
+            self._out = imageio.get_writer(self._tmp, fps=fps,
+                                           macro_block_size=1)
+        except BaseException:
+            os.remove(self._tmp)
+            raise
 
     def add(self, frame: np.ndarray) -> None:
         frame = np.array(frame, dtype=np.uint8)
         # A time strip along the bottom edge, one pixel longer each frame
-        # (wrapping): GIF writers merge equal consecutive frames, so a car
-        # standing still would otherwise shorten the video.
-        tick = len(self.frames) % frame.shape[1]
+        # (wrapping): a car standing still still visibly plays, and GIF
+        # tools that merge equal consecutive frames keep one per step.
+        tick = self.count % frame.shape[1]
         frame[-3:, :tick + 1] = 255
         frame[-3:, tick + 1:] = 0
-        self.frames.append(frame)
+        self._out.append_data(frame)
+        self.count += 1
 
     def close(self) -> None:
-        tmp = self.path + ".tmp" + os.path.splitext(self.path)[1]
-        if self.path.lower().endswith(".gif"):
-            from PIL import Image
-            images = [Image.fromarray(f) for f in self.frames]
-            images[0].save(tmp, save_all=True, append_images=images[1:],
-                           duration=max(1000 // self.fps, 20), loop=0,
-                           optimize=False, disposal=1)
+        """Finishes the file and renames it to ``path``."""
+        try:
+            self._out.close()
+            os.chmod(self._tmp, self._mode)
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Removes the temporary file; ``path`` stays as it was."""
+        if not os.path.exists(self._tmp):
+            return  # closed (renamed) or aborted already
+        try:
+            self._out.close()
+        except Exception:  # a half-written video: removed anyway
+            pass
+        os.remove(self._tmp)
+
+
+class _GifStream:
+    """An animated GIF written frame by frame (Pillow's own writer wants
+    every frame at once). As Pillow's, a frame stores only the box that
+    changed, and its own palette only where it differs from the first's."""
+
+    def __init__(self, file, fps: int):
+        self._file = file
+        self._ms = max(1000 // fps, 20)  # browsers play shorter delays slow
+        self._last: Optional[np.ndarray] = None
+        self._palette: Optional[list] = None
+
+    def append_data(self, frame: np.ndarray) -> None:
+        from PIL import GifImagePlugin, Image
+        top, left = 0, 0
+        if self._last is not None and self._last.shape == frame.shape:
+            rows, cols = np.nonzero(np.any(frame != self._last, axis=-1))
+            if rows.size:
+                top, left = rows.min(), cols.min()
+                box = frame[top:rows.max() + 1, left:cols.max() + 1]
+            else:  # a frame all the same still takes its time
+                box = frame[:1, :1]
         else:
-            import imageio.v2 as imageio
-            # Not ``with ... as w``: imageio's stub types what __enter__
-            # returns as the base class, which has no append_data.
-            w = imageio.get_writer(tmp, fps=self.fps, macro_block_size=1)
-            with w:
-                for f in self.frames:
-                    w.append_data(f)
-        os.replace(tmp, self.path)
+            box = frame
+        self._last = frame
+        im = Image.fromarray(box).convert("P",
+                                          palette=Image.Palette.ADAPTIVE)
+        if self._palette is None:
+            header, _ = GifImagePlugin.getheader(im, info={"loop": 0})
+            self._file.writelines(header)
+            self._palette = im.getpalette()
+        self._file.writelines(GifImagePlugin.getdata(
+            im, (int(left), int(top)), duration=self._ms, disposal=1,
+            include_color_table=im.getpalette() != self._palette))
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.write(b";")  # the GIF trailer
+            self._file.close()
 
 
 def format_table(rows: List[Dict[str, float]]) -> str:

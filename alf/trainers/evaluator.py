@@ -519,7 +519,11 @@ def append_eval_csv(root_dir: str, env_steps: int,
     """Appends a row to ``ROOT_DIR/<name>`` (header written once).
 
     The first columns are always `EVAL_CSV_COLUMNS`; other metrics follow in
-    the order of the first row written.
+    the order of the first row written. A row with metrics the header lacks
+    (a run resumed with other bindings, e.g. ``calibrate_offsets``' new
+    ``offset_D``) widens it: the file is rewritten atomically with the new
+    columns last, empty in the earlier rows (NaN to `read_eval_csv`). A
+    metric a row lacks is written empty too.
     """
     path = os.path.join(root_dir, name)
     row = dict(metrics, env_steps=env_steps)
@@ -530,13 +534,33 @@ def append_eval_csv(root_dir: str, env_steps: int,
     else:
         with open(path, newline="") as f:
             fields = next(csv.reader(f))
+    added = sorted(set(row) - set(fields))
+    if added:
+        _widen(path, fields, added, row)
+        return
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=fields)
         if new:
             writer.writeheader()
         writer.writerow(row)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _widen(path: str, fields: List[str], added: List[str],
+           row: Dict[str, Any]) -> None:
+    """Rewrites the CSV ``path`` (header ``fields``) with the columns
+    ``added`` after the others, then ``row``: in one atomic replace, so a
+    crash leaves the old file or the new one, never fewer rows."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    # A row cut short by a crash stays short: still unreadable, not a row
+    # of empty metrics.
+    rows = [r + [""] * len(added) if len(r) == len(fields) else r
+            for r in rows]
+    fields = fields + added
+    # As csv.DictWriter writes it: what the row lacks is empty.
+    _write_rows(path, [fields] + rows + [[row.get(c, "") for c in fields]])
 
 
 def set_aside_later_rows(root_dir: str, env_steps: int,

@@ -121,6 +121,81 @@ def test_an_unreadable_checkpoint_says_what_play_can_do(cart_pole_run,
     assert "resume" not in last, last
 
 
+def test_a_negative_seed_is_a_flag_error(cart_pole_run):
+    res = _play(cart_pole_run, "--seed", "-1")
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    assert "--seed=-1: -1 is not a non-negative integer" in res.stderr
+
+
+def _copy_run(run, tmp_path):
+    import shutil
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _last_error(res):
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    return res.stderr.strip().splitlines()[-1]
+
+
+def test_a_run_with_only_its_best_checkpoint_points_there(cart_pole_run,
+                                                          tmp_path):
+    """Between a run's first evaluation and first periodic checkpoint,
+    ckpt/ holds best.pt alone: --checkpoint latest says best is there."""
+    run = _copy_run(cart_pole_run, tmp_path)
+    for p in (run / "ckpt").glob("ckpt-*.pt"):
+        p.unlink()
+    last = _last_error(_play(run))
+    assert re.search(r"--checkpoint=latest: no such checkpoint in \S+ "
+                     r"\(there: best; use --checkpoint best\)$", last), last
+    res = _play(run, "--checkpoint", "best", "--num_episodes", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_an_unreadable_best_json_is_named(cart_pole_run, tmp_path):
+    run = _copy_run(cart_pole_run, tmp_path)
+    (run / "ckpt" / "best.json").write_text("garbage\n")
+    last = _last_error(_play(run, "--checkpoint", "best"))
+    assert re.search(r"--checkpoint=best: \S+/ckpt/best\.json is "
+                     r"unreadable .*play another \(there: latest, 1024\)",
+                     last), last
+    (run / "ckpt" / "best.json").unlink()
+    last = _last_error(_play(run, "--checkpoint", "best"))
+    assert re.search(r"best\.json \(best\.pt's record\) is missing", last)
+
+
+def test_a_failed_or_interrupted_play_leaves_no_video(cart_pole_run,
+                                                      tmp_path):
+    """A play that fails (a checkpoint that does not fit) or is
+    interrupted (Ctrl-C mid-episode) leaves no file under the video's name,
+    and an existing video as it was."""
+    out = tmp_path / "videos" / "cp.gif"
+    out.parent.mkdir()
+    res = _play(cart_pole_run, "--record_file", str(out), "--gin_param",
+                "ActorDistributionNetwork.hidden_sizes=(32,)")
+    assert res.returncode == 1 and "does not fit" in res.stderr
+    assert os.listdir(out.parent) == []
+    out.write_bytes(b"a good video")
+    script = f"""
+from alf.bin.play import play
+steps = []
+def interrupted(algorithm, obs, raw):
+    steps.append(1)
+    if len(steps) == 5:
+        raise KeyboardInterrupt
+    import torch
+    return torch.zeros(1, dtype=torch.int64)
+play({str(cart_pole_run)!r}, num_episodes=1, act=interrupted,
+     record_file={str(out)!r})
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, timeout=150, cwd=REPO)
+    assert res.returncode != 0 and "KeyboardInterrupt" in res.stderr
+    assert out.read_bytes() == b"a good video"
+    assert os.listdir(out.parent) == ["cp.gif"]
+
+
 def _means(stdout):
     line = next(ln for ln in stdout.splitlines() if ln.split()[:1] == ["mean"])
     return [float(x) for x in line.split()[1:]]

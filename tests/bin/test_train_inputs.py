@@ -213,7 +213,8 @@ def test_bad_network_choice_is_one_line(tmp_path, gin_file, param, value,
                                         needles):
     # Raised inside the networks while the algorithm is built: a
     # ConfigError, so the CLI prints one line and not a traceback.
-    _refused(tmp_path, gin_file, {param: value}, *needles)
+    params = dict(DQN_TINY) if gin_file.startswith("dqn") else {}
+    _refused(tmp_path, gin_file, dict(params, **{param: value}), *needles)
 
 
 @pytest.mark.timeout(120)

@@ -72,6 +72,43 @@ def test_a_row_cut_short_by_a_crash_goes_aside(tmp_path):
     assert read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"] == [64, 128]
 
 
+def test_a_metric_first_seen_after_a_resume_widens_the_header(tmp_path):
+    """A run resumed with ``calibrate_offsets`` reports ``offset_0`` from
+    then on: eval.csv keeps it (it used to drop it silently), its earlier
+    rows read it as NaN, and the rewrite leaves no temporary file."""
+    import math
+    _log(tmp_path, [64, 128])
+    append_eval_csv(str(tmp_path), 192, {"average_return": 1.5,
+                                         "average_episode_length": 2.0,
+                                         "offset_0": -0.1})
+    rows = _rows(tmp_path / "eval.csv")
+    assert rows[0][-1] == "offset_0"
+    assert [len(r) for r in rows] == [len(rows[0])] * 4
+    got = read_eval_csv(str(tmp_path / "eval.csv"))
+    assert got["env_steps"] == [64, 128, 192]
+    assert math.isnan(got["offset_0"][0]) and got["offset_0"][2] == -0.1
+    assert got["average_return"] == [6.4, 12.8, 1.5]
+    _log(tmp_path, [256])  # a later row without it: an empty field
+    assert math.isnan(read_eval_csv(str(tmp_path / "eval.csv"))[
+        "offset_0"][3])
+    assert os.listdir(tmp_path) == ["eval.csv"]
+
+
+def test_widening_keeps_a_row_cut_short_unreadable(tmp_path):
+    """A crash's half row is not padded into a row of NaN metrics: it is
+    still left out, and set aside on the next resume."""
+    _log(tmp_path, [64])
+    with open(tmp_path / "eval.csv", "a") as f:
+        f.write("19\r\n")
+    append_eval_csv(str(tmp_path), 128, {"average_return": 1.0,
+                                         "new_metric": 3.0})
+    assert _rows(tmp_path / "eval.csv")[2] == ["19"]
+    skipped = []
+    got = read_eval_csv(str(tmp_path / "eval.csv"), skipped)
+    assert got["env_steps"] == [64, 128] and got["new_metric"][1] == 3.0
+    assert skipped == ["env_steps 19"]
+
+
 # ---- playing the episodes ---------------------------------------------
 
 

@@ -1,0 +1,111 @@
+"""alf.bin.play's video writer: frames written as they come (memory stays
+flat however long the play), to a temporary file renamed into place only
+at the end (a failed or interrupted play leaves nothing under the user's
+name). Playing a run into a video: test_play.py."""
+import gc
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from alf.bin.play import _VideoWriter
+
+pytestmark = pytest.mark.timeout(120)
+
+SHAPE = (120, 160, 3)
+
+
+def _frames(n):
+    # Few colours, so that a GIF's palette holds them exactly.
+    rng = np.random.default_rng(0)
+    colours = rng.integers(0, 255, (8, 3), dtype=np.uint8)
+    base = colours[rng.integers(0, 8, SHAPE[:2])]
+    for i in range(n):
+        frame = base.copy()
+        frame[10:30, i % 140:i % 140 + 20] = (255, 0, 0)  # a moving box
+        yield frame
+
+
+@pytest.mark.parametrize("ext", [".gif", ".mp4"])
+def test_frames_are_not_kept_in_memory(tmp_path, ext):
+    """300 frames held would be 17 MB; written as they come, what Python
+    holds after them is a few frames' worth (numpy reports its arrays to
+    tracemalloc)."""
+    frame_bytes = int(np.prod(SHAPE))
+    writer = _VideoWriter(str(tmp_path / f"v{ext}"), fps=30)
+    writer.add(next(_frames(1)))  # the encoder's one-off set-up
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for frame in _frames(300):
+            writer.add(frame)
+        gc.collect()  # Pillow's per-frame classes are freed in cycles
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    writer.close()
+    assert held < 5 * frame_bytes, held
+    assert _count_frames(tmp_path / f"v{ext}") == 301
+
+
+def _count_frames(path):
+    if path.suffix == ".gif":
+        from PIL import Image
+        with Image.open(path) as gif:
+            return gif.n_frames
+    import imageio.v2 as imageio
+    return imageio.get_reader(str(path)).count_frames()
+
+
+def test_a_gif_decodes_to_the_frames_written(tmp_path):
+    """Each frame stores only the box that changed: decoded, every frame
+    is whole (but the time strip along the bottom edge)."""
+    from PIL import Image
+    frames = list(_frames(20))
+    frames[5] = frames[4].copy()  # a still frame still takes its step
+    writer = _VideoWriter(str(tmp_path / "v.gif"), fps=30)
+    for frame in frames:
+        writer.add(frame)
+    writer.close()
+    with Image.open(tmp_path / "v.gif") as gif:
+        assert gif.n_frames == len(frames)
+        for i, frame in enumerate(frames):
+            gif.seek(i)
+            got = np.asarray(gif.convert("RGB"))
+            assert (got[:-3] == frame[:-3]).all(), i
+
+
+@pytest.mark.parametrize("ext", [".gif", ".mp4"])
+def test_an_aborted_video_leaves_no_file(tmp_path, ext):
+    path = tmp_path / f"v{ext}"
+    writer = _VideoWriter(str(path), fps=30)
+    for frame in _frames(5):
+        writer.add(frame)
+    writer.abort()
+    assert os.listdir(tmp_path) == []
+    # An existing video stays as it was, until a new one is complete.
+    path.write_bytes(b"a good video")
+    writer = _VideoWriter(str(path), fps=30)
+    writer.add(next(_frames(1)))
+    assert path.read_bytes() == b"a good video"
+    writer.abort()
+    assert path.read_bytes() == b"a good video"
+    assert os.listdir(tmp_path) == [path.name]
+    writer = _VideoWriter(str(path), fps=30)
+    writer.add(next(_frames(1)))
+    writer.close()
+    writer.abort()  # after close: nothing to do
+    assert _count_frames(path) == 1
+    assert os.listdir(tmp_path) == [path.name]
+
+
+def test_a_video_gets_the_mode_a_plain_file_would(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        writer = _VideoWriter(str(tmp_path / "v.gif"), fps=30)
+        writer.add(next(_frames(1)))
+        writer.close()
+    finally:
+        os.umask(umask)
+    assert os.stat(tmp_path / "v.gif").st_mode & 0o777 == 0o644
