@@ -153,7 +153,12 @@ def make_preemption(config, rank: int,
     Raises:
         ConfigError: preemption asked for outside a group that alf formed.
     """
-    if not config.preempt_stragglers or world_size == 1:
+    if not config.preempt_stragglers:
+        return None
+    if world_size == 1:
+        logging.warning("TrainerConfig.preempt_stragglers=True does nothing "
+                        "in a single process: it ends a straggling rank's "
+                        "rollout under --distributed or torchrun")
         return None
     store = distributed.store()
     if store is None:
@@ -164,6 +169,15 @@ def make_preemption(config, rank: int,
                             config.min_rollout_fraction,
                             config.unroll_length, config.preempt_rule,
                             config.local_num_envs)
+    if preemption.min_steps >= config.unroll_length and rank == 0:
+        # sac_pendulum.gin's unroll of 1 step, say: the all-reduce that
+        # agrees on the unroll's size is paid for nothing.
+        logging.warning(
+            "TrainerConfig.preempt_stragglers=True with unroll_length=%d "
+            "and min_rollout_fraction=%s: a rank must collect its whole "
+            "unroll before it may stop, so none is ever preempted; raise "
+            "unroll_length or lower min_rollout_fraction",
+            config.unroll_length, config.min_rollout_fraction)
     if preemption.needed >= world_size and rank == 0:
         logging.warning(
             "TrainerConfig.sync_frac=%s with %d processes: a rank would be "

@@ -264,3 +264,22 @@ def test_the_straggler_delay_adds_fixed_seconds_per_step(monkeypatch):
     for bad in ({"slowdown": 0.5}, {"delay": -1.0}):
         with pytest.raises(ConfigError, match="slowdown=.*valid"):
             straggler.straggler_load("CartPole-v1", 1, **bad)
+
+
+def test_settings_under_which_no_rank_can_be_preempted_say_so(
+        monkeypatch, caplog):
+    from alf.trainers import preemption
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, preempt_stragglers=True)
+    make_preemption(cfg, 0, 1)
+    assert "does nothing in a single process" in caplog.text
+    monkeypatch.setattr(preemption.distributed, "store",
+                        lambda: torch.distributed.HashStore())
+    one_step = TrainerConfig(algorithm_ctor=PPOAlgorithm, unroll_length=1,
+                             num_envs=64, minibatch_size=32,
+                             preempt_stragglers=True)
+    assert make_preemption(one_step, 0, 2) is not None
+    assert "unroll_length=1 and min_rollout_fraction" in caplog.text
+    caplog.clear()
+    make_preemption(TrainerConfig(algorithm_ctor=PPOAlgorithm,
+                                  preempt_stragglers=True), 0, 2)
+    assert "none is ever preempted" not in caplog.text
