@@ -143,12 +143,13 @@ def report_error(conn, error: BaseException) -> None:
 def raise_reported(message, who: str, error_cls) -> NoReturn:
     """Raises what a helper's ``("error", ...)`` ``message`` reports: its
     one line as an `AlfError` for a user's mistake, else ``error_cls``
-    naming ``who`` (after logging the helper's traceback)."""
+    naming ``who`` (after logging the helper's traceback: a user's
+    mistake's one line says all, and every actor reports the same one)."""
     from alf.utils.errors import AlfError
     _, user_error, name, text, tb = message
-    logging.error("%s failed:\n%s", who, tb)
     if user_error:
         raise AlfError(text)
+    logging.error("%s failed:\n%s", who, tb)
     raise error_cls(f"{who} failed: {name}: {text}")
 
 

@@ -59,10 +59,14 @@ def test_misspelled_algorithm_parameter(tmp_path, gin_file, params, name):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("value", ["'abc'", "-1.0"])
-def test_bad_learning_rate(tmp_path, value):
+@pytest.mark.parametrize("value,mode", [("'abc'", "sync"), ("-1.0", "sync"),
+                                        ("-1.0", "async")])
+def test_bad_learning_rate(tmp_path, value, mode):
+    # Asynchronous: every actor builds the algorithm too, and each one's
+    # traceback was logged before the one line.
     _refused(tmp_path, "ppo_cart_pole.gin",
-             {"PPOAlgorithm.learning_rate": value},
+             {"PPOAlgorithm.learning_rate": value,
+              "TrainerConfig.unroll_mode": f'"{mode}"'},
              f"PPOAlgorithm.learning_rate={value}", "positive float")
 
 
