@@ -17,8 +17,11 @@ Trains (or reuses, when finished) DIR/<A>/seed{s} and DIR/<B>/seed{s} with
 alf.bin.train, where <A> and <B> are the sides' names (by default single and
 ddp{N}, or a and b when --a_param or --b_param is given), then writes
 DIR/compare.csv and DIR/compare.png and prints a verdict with side A as the
-reference. Exit codes: 0 the sides agree, 3 they do not, 1 an error (a failed
-run is named with its log, DIR/<side>/seed{s}.log), 130 interrupted.
+reference: the difference of the means against the tolerance decides, Welch's
+t-test whether the seeds pin it down (`alf.bin.curves.verdict`). Exit codes:
+0 the sides agree, 3 they disagree, 4 inconclusive (more seeds needed), 1 an
+error (a failed run is named with its log, DIR/<side>/seed{s}.log), 130
+interrupted.
 
 DIR/<side>/side.json records what the side's runs train with (the gin
 files, every --gin_param, the side's bindings and process count): a rerun
@@ -44,9 +47,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from absl import app, flags
 
-from alf.bin.curves import (DEFAULT_METRIC, EVAL_CSV, HELD_OUT_CSV, Run,
-                            align, final_value, normalized_auc, plot,
-                            read_curves, verdict, write_compare_csv)
+from alf.bin.curves import (AGREE, DEFAULT_METRIC, DISAGREE, EVAL_CSV,
+                            HELD_OUT_CSV, INCONCLUSIVE, Run, align,
+                            final_value, normalized_auc, plot, read_curves,
+                            verdict, write_compare_csv)
 from alf.bin.train import check_root_dir
 from alf.config import find_gin_file
 from alf.utils.errors import AlfError, one_line
@@ -95,6 +99,11 @@ FLAGS = flags.FLAGS
 PROG = "alf.bin.compare"
 
 EXIT_AGREE, EXIT_ERROR, EXIT_DISAGREE, EXIT_INTERRUPTED = 0, 1, 3, 130
+# Neither agreement nor a difference is shown: a script must not read it
+# as either (nor as an error: the runs are fine, more seeds decide).
+EXIT_INCONCLUSIVE = 4
+EXIT_CODES = {AGREE: EXIT_AGREE, DISAGREE: EXIT_DISAGREE,
+              INCONCLUSIVE: EXIT_INCONCLUSIVE}
 DEFAULT_TOL_ABS = 25.0
 # A side's name is a folder under --root_dir and a field of compare.csv.
 _NAME = re.compile(r"[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*")
@@ -144,6 +153,7 @@ def make_sides(a_params: Sequence[str] = (), b_params: Sequence[str] = (),
             ``num_processes`` given with the two-settings form.
     """
     two_settings = bool(a_params or b_params)
+    given_b_processes = b_processes  # what the user passed, for the errors
     if num_processes is not None and (two_settings or b_processes is not None):
         # Which side would it set, and is the other one 1? Refuse to guess.
         raise AlfError("--num_processes sets side B of the default 1-vs-N "
@@ -169,10 +179,37 @@ def make_sides(a_params: Sequence[str] = (), b_params: Sequence[str] = (),
                            "compare.csv field: use letters, digits and "
                            "_ + = - . (no '/', not starting with '.')")
     if a.name == b.name:
-        raise AlfError(f"--a_name and --b_name are both {a.name!r}; the sides "
-                       "need different names (each is a folder under "
-                       "--root_dir)")
+        raise AlfError(_same_names(a, a_name, b_name, a_processes,
+                                   given_b_processes, num_processes))
     return a, b
+
+
+def _same_names(a: Side, a_name: Optional[str], b_name: Optional[str],
+                a_processes: int, b_processes: Optional[int],
+                num_processes: Optional[int]) -> str:
+    """Why both sides got ``a.name``, in terms of the flags the user
+    passed (a default name is no flag of theirs), and what to pass."""
+    if a_name is not None and b_name is not None:
+        return (f"--a_name and --b_name are both {a.name!r}; the sides need "
+                "different names (each is a folder under --root_dir)")
+    if a_name is not None or b_name is not None:
+        given, other = (("--a_name", "--b_name") if a_name is not None
+                        else ("--b_name", "--a_name"))
+        return (f"{given} {a.name!r} is the other side's default name too; "
+                f"pass {other} as well, with another name")
+    # Default names clash only in the 1-vs-N form, with equal counts.
+    n = a_processes
+    count = f"{n} process{'es' if n > 1 else ''}"
+    if b_processes is not None or num_processes is not None:
+        flag = ("--b_processes" if b_processes is not None
+                else "--num_processes")
+        why = f"--a_processes {n} and {flag} {n} give both sides {count}"
+    else:
+        why = f"--a_processes {n} gives side A side B's default {count}"
+    return (f"{why} and neither has bindings, so both would be named "
+            f"{a.name!r}: set --b_processes to another count, or "
+            "--a_param/--b_param to compare settings (or "
+            "--a_name and --b_name to run the same setting twice)")
 
 
 # A binding of the seed, which each run's own seed would override.
@@ -181,9 +218,12 @@ _SEED_BINDING = re.compile(r"\s*TrainerConfig\.seed\s*=")
 
 def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
                 sides: Sequence[Side]) -> Dict[str, int]:
-    """Parses each side's config and checks that its sizes divide among its
-    processes, before anything runs: otherwise a side that cannot start
-    fails only after every run before it has trained.
+    """Checks each side's config as ``alf.bin.train`` and its trainer
+    would, before anything runs: otherwise a side that cannot start fails
+    only after every run before it has trained. It is parsed, its sizes
+    must divide among its processes, and its algorithm is built (see
+    `check_algorithm`), which is where an algorithm checks its own
+    arguments (a learning rate of 0, say).
 
     Returns:
         Side name -> the env steps its runs train for.
@@ -204,12 +244,37 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
         try:
             parse_config(gin_files, [*gin_params, *side.params])
             config = TrainerConfig()
-            config.per_rank(side.processes)
+            config.resolve_device("gloo" if side.processes > 1 else "none")
+            check_algorithm(config.per_rank(side.processes))
         except AlfError as e:
             raise AlfError(f"side {side.name} ({side.describe()}): "
                            f"{one_line(e)}") from e
         steps[side.name] = config.num_env_steps
     return steps
+
+
+def check_algorithm(config) -> None:
+    """Builds ``config``'s algorithm (a rank's `TrainerConfig`) as the
+    trainer does (left on the CPU), for the checks its constructor and the trainer
+    make. Its constructor needs the spaces, so one environment is built
+    (and closed) to read them: the cheapest way to reach those checks.
+
+    Raises:
+        AlfError: what the environment, the algorithm or the trainer's
+            check refuses.
+    """
+    from alf.environments.batched import check_environment
+    from alf.trainers.calibration import check_algorithm as check_calibration
+    env = check_environment(
+        config.env_load_fn(config.env_name, num_envs=1, seed=None,
+                           asynchronous=False), config.env_load_fn)
+    try:
+        spaces = env.observation_space, env.action_space
+    finally:
+        env.close()
+    algorithm = config.algorithm_ctor(observation_space=spaces[0],
+                                      action_space=spaces[1], config=config)
+    check_calibration(config, algorithm)
 
 
 def finished(run_dir: str, num_env_steps: int) -> bool:
@@ -481,11 +546,15 @@ def main(argv: List[str]) -> int:
         stats.setdefault(name, {})[seed] = {"final": final_value(v),
                                             "auc": normalized_auc(grid, v)}
     label = "return" if metric == DEFAULT_METRIC else metric
-    agree, lines = verdict(stats, FLAGS.tol_rel, tol_abs, label=label)
+    try:
+        outcome, lines = verdict(stats, FLAGS.tol_rel, tol_abs, label=label)
+    except AlfError as e:  # align refuses non-finite values first
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+        return EXIT_ERROR
     print(f"{title}: {len(grid)} evaluation steps, {grid[0]} to {grid[-1]} "
           f"env steps; wrote {root}/{out}.csv and {out}.png", *lines,
           sep="\n", flush=True)
-    return EXIT_AGREE if agree else EXIT_DISAGREE
+    return EXIT_CODES[outcome]
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Learning curves read from runs' evaluation files and judged side by
 side: put on one env-step grid, summarised (final value, normalised area
-under the curve), tested (Welch's t-test or a tolerance), written and
-plotted. `alf.bin.compare` trains the runs; this module only reads them.
+under the curve), judged against a tolerance (Welch's t-test saying
+whether the seeds pin the difference down), written and plotted.
+`alf.bin.compare` trains the runs; this module only reads them.
 
 Imports no torch until a run's file is read, so that a CLI importing it
 can define its flags first.
@@ -10,8 +11,8 @@ import math
 import os
 import sys
 import warnings
-from typing import (Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 
@@ -49,8 +50,9 @@ def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None,
         The grid (int env steps) and (side, seed) -> values on the grid.
 
     Raises:
-        AlfError: if a run has no evaluation or no ``metric`` column, or
-            no step is covered by all.
+        AlfError: if a run has no evaluation, no ``metric`` column or a
+            ``metric`` value that is not finite, or no step is covered by
+            all.
     """
     if reference is None:
         reference = next(iter(curves))[0]
@@ -61,6 +63,16 @@ def align(curves: Dict[Run, Dict[str, list]], reference: Optional[str] = None,
             valid = sorted(set(c) - {"env_steps"})
             raise AlfError(f"--metric {metric!r} is not a column of "
                            f"{name}/seed{seed}/{csv_name}; valid: {valid}")
+        bad = [(s, v) for s, v in zip(c["env_steps"], c[metric])
+               if not math.isfinite(v)]
+        if bad:
+            # Interpolated, it would turn the final value and the area into
+            # NaN and the verdict into noise.
+            at = ", ".join(f"{v} at env step {s:g}" for s, v in bad[:_SHOWN])
+            more = f" and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
+            raise AlfError(f"run {name}/seed{seed}: {metric} in {csv_name} "
+                           f"is not a number ({at}{more}); such a run "
+                           "cannot be compared (did its training diverge?)")
     lo = max(c["env_steps"][0] for c in curves.values())
     hi = min(c["env_steps"][-1] for c in curves.values())
     grid = np.array(sorted({s for (m, _), c in curves.items()
@@ -105,74 +117,143 @@ def welch_pvalue(a: Sequence[float], b: Sequence[float]
     return (p, "") if math.isfinite(p) else (None, "no spread across seeds")
 
 
+class Welch(NamedTuple):
+    """Welch's t-test of ``mean(b) - mean(a)``."""
+    p: float  # two-sided, for "the means differ"
+    low: float  # the (1 - 2 alpha) confidence interval of the difference
+    high: float
+
+
+def welch_test(a: Sequence[float], b: Sequence[float], alpha: float = 0.05
+               ) -> Tuple[Optional[Welch], str]:
+    """Welch's t-test of ``mean(b) - mean(a)``: its two-sided p-value and
+    its ``1 - 2 alpha`` confidence interval (the two one-sided tests of an
+    equivalence test at level ``alpha`` pass when that interval lies within
+    the bounds); ``(None, why)`` when the samples cannot be tested."""
+    p, why = welch_pvalue(a, b)
+    if p is None:
+        return None, why
+    from scipy import stats
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    # Welch-Satterthwaite; a side without spread adds nothing (0 / 0 kept
+    # out: p is finite, so one side has spread).
+    df = (va + vb) ** 2 / sum(v * v / (len(x) - 1)
+                              for v, x in ((va, a), (vb, b)) if v > 0)
+    half = float(stats.t.ppf(1 - alpha, df)) * se
+    diff = float(b.mean() - a.mean())
+    return Welch(p, diff - half, diff + half), ""
+
+
+AGREE, DISAGREE, INCONCLUSIVE = "AGREE", "DISAGREE", "INCONCLUSIVE"
+
+
+def _judge(diff: float, bound: float, test: Optional[Welch], why: str,
+           alpha: float, d: int) -> Tuple[str, str]:
+    """One figure's outcome (`AGREE`, `DISAGREE` or `INCONCLUSIVE`) and
+    why, in words."""
+    within = abs(diff) <= bound
+    if test is None:  # one seed, or no spread: the difference is all there is
+        how = f"no t-test ({why}): the difference decides"
+        if within:
+            return AGREE, f"within tolerance {bound:.{d}f}; {how}"
+        return DISAGREE, f"EXCEEDS tolerance {bound:.{d}f}; {how}"
+    level = round(100 * (1 - 2 * alpha))
+    ci = (f"{level}% CI [{test.low:+.{d}f}, {test.high:+.{d}f}]")
+    significant = test.p < alpha
+    p = (f"Welch p = {test.p:.3f}: "
+         f"{'significant' if significant else 'not significant'}")
+    if -bound <= test.low and test.high <= bound:
+        # A real but small difference is still agreement: the tolerance
+        # says what difference matters.
+        tail = ", but within tolerance" if significant else ""
+        return AGREE, (f"{ci} within tolerance ±{bound:.{d}f} ({p}{tail})")
+    if not within and significant:
+        return DISAGREE, (f"EXCEEDS tolerance {bound:.{d}f} and the "
+                          f"difference is real ({p}; {ci})")
+    if within:
+        return INCONCLUSIVE, (f"within tolerance {bound:.{d}f}, but its "
+                              f"{ci} is not ({p}): more seeds needed")
+    return INCONCLUSIVE, (f"exceeds tolerance {bound:.{d}f}, but {p} "
+                          f"({ci}): more seeds needed")
+
+
 def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
             tol_abs: float, alpha: float = 0.05,
-            pvalue: Callable = welch_pvalue,
-            label: str = "return") -> Tuple[bool, List[str]]:
-    """Decides whether two sides trained equally well (both criteria shown,
-    the deciding one first).
+            test: Callable = welch_test,
+            label: str = "return") -> Tuple[str, List[str]]:
+    """Decides whether two sides trained equally well, on the final value
+    and on the normalized AUC, each against the tolerance
+    ``max(tol_abs, tol_rel * |mean_ref|)``: the size of the difference
+    decides, the t-test only says whether the seeds pin it down.
 
-    Welch's t-test on the per-seed values decides when it can be computed
-    for both metrics: the sides agree unless one differs with p < ``alpha``
-    (with few seeds it finds only large differences). Otherwise the tolerance
-    criterion decides: they agree when ``|mean_other - mean_ref| <=
-    max(tol_abs, tol_rel * |mean_ref|)`` for both metrics.
+    Per figure, with a t-test (2 or more seeds per side, with spread):
+    AGREE when the ``1 - 2 alpha`` confidence interval of the difference
+    lies within ± the tolerance (an equivalence test; a significant
+    difference within it still agrees), DISAGREE when the difference
+    exceeds the tolerance and is significant (p < ``alpha``), otherwise
+    INCONCLUSIVE (more seeds needed). Without one the difference itself
+    decides: within the tolerance AGREE, else DISAGREE. The sides
+    DISAGREE if a figure does, else are INCONCLUSIVE if a figure is, else
+    AGREE.
 
     Args:
         stats: side -> seed -> {"final": ..., "auc": ...}; two sides, the
             reference (side A) first.
-        tol_rel, tol_abs, alpha: the bounds and the test's level.
-        pvalue: the test, ``(a, b) -> (p or None, why not)``.
+        tol_rel, tol_abs, alpha: the bounds and the tests' level.
+        test: ``(a, b, alpha) -> (Welch or None, why not)``.
         label: what the values are, for the report ("final <label>").
 
     Returns:
-        Whether they agree, and the report's lines (the last one names the
-        criterion that decided).
+        The outcome (`AGREE`, `DISAGREE` or `INCONCLUSIVE`) and the
+        report's lines (the last one the verdict).
+
+    Raises:
+        AlfError: naming the side and seed of a value that is not finite.
     """
     (ref, a), (other, b) = stats.items()
-    w = max(8, 2 + max(len(name) for name in stats))  # the table's 1st column
     final = f"final {label}"
+    for key, name in (("final", final), ("auc", "normalized AUC")):
+        for side, per_seed in stats.items():
+            for seed, v in per_seed.items():
+                if not math.isfinite(v[key]):
+                    raise AlfError(f"{name} of run {side}/seed{seed} is "
+                                   f"{v[key]}: nothing can be compared on "
+                                   "it")
+    w = max(8, 2 + max(len(name) for name in stats))  # the table's 1st column
     fw = max(14, len(final) + 2)
     # Returns read well with 2 decimals; rates and fractions need 3.
     d = 2 if label == "return" else 3
     lines = [f"{'mode':<{w}}{'seed':>5}{final:>{fw}}{'norm. AUC':>11}"]
     lines += [f"{m:<{w}}{s:>5}{v['final']:>{fw}.{d}f}{v['auc']:>11.{d}f}"
               for m, per_seed in stats.items() for s, v in per_seed.items()]
-    figures = []  # per metric: its name, means, bound and p (or why not)
+    outcomes = {}
     for key, name in (("final", final), ("auc", "normalized AUC")):
         xa, xb = [v[key] for v in a.values()], [v[key] for v in b.values()]
         ma, mb = float(np.mean(xa)), float(np.mean(xb))
-        figures.append((name, ma, mb, max(tol_abs, tol_rel * abs(ma)),
-                        *pvalue(xa, xb)))
-    why_not = {why for *_, why in figures if why}
-    criterion = "tolerance" if why_not else "Welch's t-test"
-    agree = True
-    # Each line leads with the deciding criterion; the other one follows,
-    # marked unused and in lowercase, so that it does not read as the
-    # verdict (an EXCEEDED tolerance beside a Welch AGREE, say).
-    for name, ma, mb, bound, p, why in figures:
-        within = abs(mb - ma) <= bound
-        tol = f"tolerance {bound:.{d}f}: {'within' if within else 'EXCEEDED'}"
-        if why_not:
-            agree = agree and within
-            test = (f"Welch p = {p:.3f} (not used: the tolerance decides)"
-                    if p is not None else f"no t-test ({why})")
-            judged = f"({tol}); {test}"
-        else:
-            agree = agree and p >= alpha
-            judged = (f"(Welch p = {p:.3f}: "
-                      f"{'SIGNIFICANT' if p < alpha else 'not significant'}"
-                      f"); {tol.lower()} (not used: Welch decides)")
+        bound = max(tol_abs, tol_rel * abs(ma))
+        outcome, why = _judge(mb - ma, bound, *test(xa, xb, alpha), alpha, d)
+        outcomes[name] = outcome
         lines.append(f"{name}: mean {ref} {ma:.{d}f}, mean {other} "
-                     f"{mb:.{d}f}, difference {mb - ma:+.{d}f} {judged}")
-    rule = (f"agree when |difference| <= max({tol_abs:g}, {tol_rel:g} x "
-            f"|mean {ref}|) for both metrics (t-test not used: "
-            f"{'; '.join(sorted(why_not))})" if why_not else
-            f"agree unless p < {alpha:g} for {final} or normalized AUC")
-    lines += [f"criterion: {criterion}: {rule}",
-              f"verdict: {ref} and {other} {'AGREE' if agree else 'DISAGREE'}"
-              f" (decided by the {criterion} criterion)"]
-    return agree, lines
+                     f"{mb:.{d}f}, difference {mb - ma:+.{d}f}: {why} -> "
+                     f"{outcome}")
+    level = round(100 * (1 - 2 * alpha))
+    lines.append(
+        f"rule, per figure: tolerance max({tol_abs:g}, {tol_rel:g} x "
+        f"|mean {ref}|); AGREE when the difference's {level}% CI is within "
+        f"it, DISAGREE when the difference exceeds it with Welch p < "
+        f"{alpha:g}, else INCONCLUSIVE (with 1 seed or no spread: the "
+        "difference alone decides)")
+    for outcome in (DISAGREE, INCONCLUSIVE, AGREE):
+        which = [name for name, o in outcomes.items() if o == outcome]
+        if which:
+            break
+    why = {AGREE: "both figures within tolerance",
+           DISAGREE: f"{' and '.join(which)} beyond tolerance",
+           INCONCLUSIVE: f"more seeds needed for {' and '.join(which)}"}
+    lines.append(f"verdict: {ref} and {other} {outcome} ({why[outcome]})")
+    return outcome, lines
 
 
 def write_compare_csv(path: str, grid: Ints,

@@ -20,8 +20,12 @@ for a run that calibrates its deterministic offset
 (``TrainerConfig.calibrate_offsets``), what every candidate offset scored
 on the calibration episodes before each evaluation (calibration.csv; the
 chosen one is eval.csv's ``offset_D``). Reads only what the runs
-wrote (eval.csv, eval_held_out.csv, train/events*), so it works on a run
-still training. Exit codes: 0, or 1 with a one-line error.
+wrote (eval.csv, eval_held_out.csv, train/events*, config.gin and the
+config-resumed-S.gin of a resume with other bindings, which label each
+range of evaluations with its policy), so it works on a run still
+training. Empty cells (no evaluation, or a value that is not a number) are
+left out of the last-N means, which say so. Exit codes: 0, or 1 with a
+one-line error.
 """
 import ast
 import csv
@@ -30,7 +34,8 @@ import math
 import os
 import re
 import sys
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 from absl import app, flags
@@ -76,44 +81,83 @@ def define_flags() -> None:
                               "constant rows; repeatable.")
 
 
-def _binding(run_dir: str, name: str, whole_line: bool = False
+def _binding(config: str, name: str, whole_line: bool = False
              ) -> Optional[str]:
-    """The value ``name`` is bound to in the run's config.gin, as written
-    (None when the file or the binding is missing): its first word, or
-    with ``whole_line`` the rest of the line (a tuple's spaces)."""
-    path = os.path.join(run_dir, "config.gin")
-    if not os.path.isfile(path):
+    """The value ``name`` is bound to in the saved config file ``config``
+    (a run's config.gin or config-resumed-S.gin), as written (None when
+    the file or the binding is missing): its first word, or with
+    ``whole_line`` the rest of the line (a tuple's spaces)."""
+    if not os.path.isfile(config):
         return None
-    with open(path) as f:
+    with open(config) as f:
         value = r"(.*?)\s*$" if whole_line else r"(\S+)"
         m = re.search(rf"^{re.escape(name)}\s*=\s*{value}", f.read(), re.M)
     return None if m is None else m.group(1)
 
 
-def evaluation_policy(run_dir: str) -> Optional[str]:
-    """``"deterministic"`` (``"deterministic, calibrated"`` where every
-    evaluation chose its offset: ``TrainerConfig.calibrate_offsets``) or
-    ``"sampling"``: how the run evaluated, from its config.gin (None when
-    the file does not say)."""
-    value = _binding(run_dir, "TrainerConfig.eval_deterministic")
+def run_configs(run_dir: str) -> List[Tuple[int, str]]:
+    """The run's saved configs, ``(S, path)`` by S: config.gin at 0, then
+    each ``config-resumed-S.gin`` (a resume at S with other bindings;
+    `alf.trainers.run_state.resumed_configs`). A step's evaluation used
+    the last one with S below it, as ``alf.bin.play`` rebuilds a
+    checkpoint (the evaluation at S itself came before the resume)."""
+    from alf.trainers.run_state import resumed_configs
+    return [(0, os.path.join(run_dir, "config.gin")),
+            *(resumed_configs(run_dir) if os.path.isdir(run_dir) else ())]
+
+
+def _by_steps(run_dir: str, steps: Sequence[int],
+              label: Callable[[str], Optional[str]]) -> Optional[str]:
+    """``label(config)`` for the configs the evaluations at ``steps``
+    used: one label when they all say the same, else each with the range
+    it held for, ``"deterministic until 10240; sampling after"`` (None
+    when no config says)."""
+    configs = run_configs(run_dir)
+    # (label, the config's start) per run of evaluations with one label.
+    spans: List[Tuple[Optional[str], int]] = []
+    for s in steps:
+        start, config = [(start, path) for start, path in configs
+                         if start < s or start == 0][-1]
+        said = label(config)
+        if not spans or spans[-1][0] != said:
+            spans.append((said, start))
+    if len(spans) < 2:
+        return spans[0][0] if spans else None
+    # Each label holds until the resume that brought the next one.
+    parts = [f"{said or 'unknown'} until {resumed}"
+             for (said, _), (_, resumed) in zip(spans, spans[1:])]
+    parts.append(f"{spans[-1][0] or 'unknown'} after")
+    return "; ".join(parts)  # a label may hold a comma
+
+
+def _evaluated_with(config: str) -> Optional[str]:
+    value = _binding(config, "TrainerConfig.eval_deterministic")
     if value is None:
         return None
     if value != "True":
         return "sampling"
-    calibrated = _binding(run_dir, "TrainerConfig.calibrate_offsets")
+    calibrated = _binding(config, "TrainerConfig.calibrate_offsets")
     return ("deterministic" if calibrated in (None, "None")
             else "deterministic, calibrated")
 
 
-def behaviour_policy(run_dir: str) -> str:
-    """How the run's rollouts acted: ``"sampling"``, or with
-    ``PPOAlgorithm.explore_fraction`` below 1 the share of steps that
-    sampled (the rest acted with the mode), moving from one share to
-    another over training under ``PPOAlgorithm.explore_fraction_schedule``.
-    """
-    value = _binding(run_dir, "PPOAlgorithm.explore_fraction")
+def evaluation_policy(run_dir: str, steps: Sequence[int] = (0, )
+                      ) -> Optional[str]:
+    """How the run evaluated at ``steps``: ``"deterministic"``
+    (``"deterministic, calibrated"`` where each evaluation chose its
+    offset: ``TrainerConfig.calibrate_offsets``) or ``"sampling"``, from
+    the config each step's evaluation used (`run_configs`); a run resumed
+    with another policy gets each with its range (`_by_steps`). None when
+    the configs do not say."""
+    return _by_steps(run_dir, steps, _evaluated_with)
+
+
+def _acted_with(config: str) -> Optional[str]:
+    if not os.path.isfile(config):
+        return None
+    value = _binding(config, "PPOAlgorithm.explore_fraction")
     fraction = 1.0 if value is None else float(value)
-    schedule = _binding(run_dir, "PPOAlgorithm.explore_fraction_schedule",
+    schedule = _binding(config, "PPOAlgorithm.explore_fraction_schedule",
                         whole_line=True)
     if schedule is not None and schedule != "None":
         start, end, final = ast.literal_eval(schedule)
@@ -122,6 +166,15 @@ def behaviour_policy(run_dir: str) -> str:
     if fraction >= 1.0:
         return "sampling"
     return f"sampling {fraction:.0%} of steps"
+
+
+def behaviour_policy(run_dir: str, steps: Sequence[int] = (0, )) -> str:
+    """How the run's rollouts acted around ``steps``: ``"sampling"``, or
+    with ``PPOAlgorithm.explore_fraction`` below 1 the share of steps that
+    sampled (the rest acted with the mode), moving from one share to
+    another over training under ``PPOAlgorithm.explore_fraction_schedule``;
+    per range where a resume changed it (`_by_steps`)."""
+    return _by_steps(run_dir, steps, _acted_with) or "sampling"
 
 
 def read_rollouts(run_dir: str) -> Dict[str, List[Tuple[int, float]]]:
@@ -228,16 +281,23 @@ def calibration_rows(run_dir: str, metrics: Sequence[str],
         if played and m not in played[0]:
             raise AlfError(f"--calibration: {path} has no {m!r} column")
     scores: Dict[Tuple[float, ...], Dict[str, Dict[int, float]]] = {}
+    def number(text: Optional[str]) -> float:
+        # Empty where a column came after the row (a resumed run that
+        # calibrates more dimensions widens the file).
+        return float(text) if text else math.nan
+
     for r in played:
-        offsets = tuple(float(r[c]) for c in columns)
+        offsets = tuple(number(r[c]) for c in columns)
         for m in metrics:
             # A step calibrated twice (a resumed run) keeps the later row.
             scores.setdefault(offsets, {}).setdefault(m, {})[
-                int(float(r["env_steps"]))] = float(r[m])
+                int(float(r["env_steps"]))] = number(r[m])
     rows = []
     for m in metrics:
         for offsets in sorted(scores):
-            name = " ".join(f"{c[len('offset_'):]}={x:+.3g}"
+            # "none": a dimension not calibrated before a resume added it.
+            name = " ".join(f"{c[len('offset_'):]}="
+                            f"{'none' if math.isnan(x) else format(x, '+.3g')}"
                             for c, x in zip(columns, offsets))
             by_step = scores[offsets].get(m, {})
             rows.append(Row(f"calibration, offset {name}", m,
@@ -264,6 +324,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
     if not os.path.isdir(run_dir):
         raise AlfError(f"--root_dir={run_dir}: no such folder")
     train = read_curves(run_dir, EVAL_CSV, PROG)
+    warn_not_numbers(run_dir, EVAL_CSV, train)
     steps = [int(s) for s in train["env_steps"]]
     if not steps:
         raise AlfError(f"{run_dir}/{EVAL_CSV} has no evaluation yet")
@@ -275,13 +336,15 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
                            f"{run_dir}/{EVAL_CSV}; valid: {valid}")
     held = (read_curves(run_dir, HELD_OUT_CSV, PROG)
             if os.path.isfile(os.path.join(run_dir, HELD_OUT_CSV)) else None)
+    if held is not None:
+        warn_not_numbers(run_dir, HELD_OUT_CSV, held)
     summaries = read_rollouts(run_dir) if rollouts else {}
     episodes = dict(summaries.get(EPISODES_TAG[len(ROLLOUT_PREFIX):], []))
     if window is None:
         window = default_window(steps)
-    policy = evaluation_policy(run_dir)
+    policy = evaluation_policy(run_dir, steps)
     suffix = f" ({policy})" if policy else ""
-    behaviour = behaviour_policy(run_dir)
+    behaviour = behaviour_policy(run_dir, steps)
     fixed = [r for b in baselines
              for r in baseline_rows(b, metrics, len(steps))]
     calibrated = (calibration_rows(run_dir, metrics, steps) if calibration
@@ -308,6 +371,28 @@ def last_mean(values: Sequence[float], last: int) -> float:
     return float(np.mean(kept)) if kept else math.nan
 
 
+def _averaged(values: Sequence[float], last: int) -> List[int]:
+    """The indices of the values `last_mean` averages."""
+    return [i for i, v in enumerate(values) if not math.isnan(v)][-last:]
+
+
+def warn_not_numbers(run_dir: str, csv_name: str,
+                     curves: Dict[str, list]) -> None:
+    """Names, in one line on stderr, the values of a run's evaluation file
+    that are not numbers (a diverged evaluation writes ``nan``): the table
+    shows them as empty cells, as a step without evaluation."""
+    bad = [f"{m} at {s:g}" for m, values in curves.items()
+           if m != "env_steps"
+           for s, v in zip(curves["env_steps"], values) if math.isnan(v)]
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        print(f"{PROG}: warning: {os.path.join(run_dir, csv_name)} has "
+              f"{len(bad)} value{'s' if len(bad) > 1 else ''} that "
+              f"{'are' if len(bad) > 1 else 'is'} not a number "
+              f"({', '.join(bad[:5])}{more}): empty cells, left out of "
+              "the means", file=sys.stderr, flush=True)
+
+
 def _cell(v: float) -> str:
     if math.isnan(v):
         return ""
@@ -329,13 +414,28 @@ def format_markdown(steps: Sequence[int], rows: Sequence[Row],
                     last: int = 3) -> str:
     """The rows as a Markdown table, steps labelled by `step_labels`, with
     a last column holding each row's mean over its last ``last``
-    evaluations."""
-    head = ["env steps"] + step_labels(steps) + [f"last {last}"]
+    evaluations. Empty cells (no evaluation at that step, or a value that
+    is not a number) are left out of the mean; where that makes it other
+    than the mean of the last ``last`` columns, the cell is marked ``†``
+    and a note under the table names the steps it averages."""
+    labels = step_labels(steps)
+    head = ["env steps"] + labels + [f"last {last}"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    notes = []
     for split, metric, values, _ in rows:
         cells = [f"{split}: {metric}"] + [_cell(v) for v in values]
-        cells.append(_cell(last_mean(values, last)))
+        mean = _cell(last_mean(values, last))
+        used = _averaged(values, last)
+        if used != list(range(len(values)))[-last:] and mean:
+            mean += " †"
+            at = ", ".join(labels[i] for i in used)
+            notes.append(f"† {split}: {metric}: the mean of "
+                         f"{len(used)} value{'s' if len(used) > 1 else ''}"
+                         f" (at {at}): empty cells are left out")
+        cells.append(mean)
         lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines += [""] + notes
     return "\n".join(lines)
 
 
@@ -344,8 +444,18 @@ def check_plot_path(path: str) -> None:
     report is computed.
 
     Raises:
-        AlfError: naming the extensions it can write.
+        AlfError: naming the extensions it can write, or the folder that
+            is missing or not writable.
     """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else (
+            "does not exist")
+        raise AlfError(f"--plot={path}: directory {folder} {what}")
+    if not os.access(folder, os.W_OK):
+        raise AlfError(f"--plot={path}: directory {folder} is not writable")
+    if os.path.isdir(path):
+        raise AlfError(f"--plot={path} is a folder; name a file in it")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     known = sorted(FigureCanvasAgg.get_supported_filetypes())
     ext = os.path.splitext(path)[1][1:].lower()

@@ -88,8 +88,27 @@ def test_make_sides_refuses_equal_names_and_ambiguous_num_processes():
     with pytest.raises(AlfError, match="--a_name and --b_name are both "
                        "'same'"):
         compare.make_sides(["X.y=1"], ["X.y=2"], "same", "same")
-    with pytest.raises(AlfError, match="are both 'ddp2'"):  # defaults clash
+    # Default names clash: the message names the flags the user passed,
+    # never a --a_name or --b_name they did not, and what to pass.
+    with pytest.raises(AlfError) as e:
         compare.make_sides(a_processes=2)
+    assert str(e.value) == (
+        "--a_processes 2 gives side A side B's default 2 processes and "
+        "neither has bindings, so both would be named 'ddp2': set "
+        "--b_processes to another count, or --a_param/--b_param to compare "
+        "settings (or --a_name and --b_name to run the same setting twice)")
+    with pytest.raises(AlfError, match=r"^--a_processes 3 and --b_processes "
+                       "3 give both sides 3 processes and neither has "
+                       "bindings, so both would be named 'ddp3'"):
+        compare.make_sides(a_processes=3, b_processes=3)
+    with pytest.raises(AlfError, match=r"^--a_processes 4 and "
+                       "--num_processes 4 give both sides 4 processes"):
+        compare.make_sides(a_processes=4, num_processes=4)
+    # One name given, the other side's default: name the missing flag.
+    with pytest.raises(AlfError, match=r"^--a_name 'b' is the other side's "
+                       "default name too; pass --b_name as well, with "
+                       "another name$"):
+        compare.make_sides(["X.y=1"], a_name="b")
     for kwargs in ({"a_params": ["X.y=1"]}, {"b_processes": 3}):
         with pytest.raises(AlfError, match="--num_processes sets side B"):
             compare.make_sides(num_processes=4, **kwargs)
@@ -223,13 +242,15 @@ SHORT = ["TrainerConfig.num_env_steps=1024", "TrainerConfig.eval_interval=1",
 
 
 def _run_tool(root, params=SHORT, extra=("--num_processes", "2"),
-              gin_file="ppo_cart_pole.gin"):
+              gin_file="ppo_cart_pole.gin", pythonpath=None):
     cmd = [sys.executable, "-m", "alf.bin.compare", "--gin_file", gin_file,
            "--seeds", "1", "--root_dir", str(root), *extra]
     for p in params:
         cmd += ["--gin_param", p]
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE")}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     return subprocess.run(cmd, capture_output=True, text=True, timeout=150,
                           cwd=REPO, env=env)
 
@@ -237,7 +258,7 @@ def _run_tool(root, params=SHORT, extra=("--num_processes", "2"),
 @pytest.mark.timeout(300)
 def test_end_to_end_short_cart_pole(tmp_path):
     res = _run_tool(tmp_path)
-    assert res.returncode in (0, 3), res.stdout + res.stderr
+    assert res.returncode in (0, 3, 4), res.stdout + res.stderr
     with open(tmp_path / "compare.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     steps = {m: [int(r["env_steps"]) for r in rows if r["mode"] == m]
@@ -249,7 +270,8 @@ def test_end_to_end_short_cart_pole(tmp_path):
     verdict = [x for x in res.stdout.splitlines() if x.startswith("verdict:")]
     assert len(verdict) == 1 and "single" in verdict[0] and \
         "ddp2" in verdict[0], res.stdout
-    assert ("AGREE" in verdict[0]) == (res.returncode == 0)
+    outcome = verdict[0].split()[4]  # verdict: single and ddp2 <OUTCOME>
+    assert compare.EXIT_CODES[outcome] == res.returncode, res.stdout
     for log in ("single/seed0.log", "ddp2/seed0.log"):
         assert os.path.getsize(tmp_path / log) > 0
     # Running again reuses both finished runs and gives the same figures.
@@ -285,19 +307,75 @@ def test_end_to_end_short_cart_pole(tmp_path):
         assert bad.stderr == f"alf.bin.compare: error: {message}\n"
 
 
+FAILING_PPO = """import gin
+
+from alf.algorithms.ppo_algorithm import PPOAlgorithm
+
+
+@gin.configurable
+class FailingPPO(PPOAlgorithm):
+    def train_iter(self, progress):
+        raise RuntimeError("injected failure in training")
+"""
+
+
 @pytest.mark.timeout(120)
 def test_failed_run_names_run_and_log(tmp_path):
-    # A config that parses (so the tool starts) but cannot train.
-    res = _run_tool(tmp_path, SHORT + ["TrainerConfig.env_name='NoSuch-v0'"])
+    # An algorithm that builds (so every check before the runs passes) but
+    # fails once training.
+    (tmp_path / "failing_ppo.py").write_text(FAILING_PPO)
+    gin_file = tmp_path / "failing.gin"
+    gin_file.write_text("include 'ppo_cart_pole.gin'\nimport failing_ppo\n"
+                        "TrainerConfig.algorithm_ctor = @FailingPPO\n")
+    root = tmp_path / "r"
+    res = _run_tool(root, gin_file=str(gin_file), pythonpath=str(tmp_path))
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    log = str(tmp_path / "single" / "seed0.log")
-    assert lines[0].startswith("alf.bin.compare: error: run single/seed0 "
-                               "failed"), lines[0]
-    assert "NoSuch-v0" in lines[0] and lines[0].endswith(log)
-    assert os.path.exists(log)
-    assert not os.path.exists(tmp_path / "ddp2")  # stopped at the first
+    log = str(root / "single" / "seed0.log")
+    # A crash (no one-line error of train.py's to quote): the log tells.
+    assert lines[0] == ("alf.bin.compare: error: run single/seed0 failed "
+                        f"(exit code 1); log: {log}"), lines[0]
+    with open(log) as f:
+        assert "RuntimeError: injected failure in training" in f.read()
+    assert not os.path.exists(root / "ddp2")  # stopped at the first
+
+
+def test_check_sides_builds_each_sides_algorithm():
+    """What the algorithm's constructor refuses (a learning rate of 0) or
+    an environment that cannot be built is found for either side before
+    any run, not when that side's first run starts."""
+    a, b = compare.make_sides(b_params=["PPOAlgorithm.learning_rate=0.0"],
+                              b_name="lr0")
+    with pytest.raises(AlfError) as e:
+        compare.check_sides(["ppo_cart_pole.gin"], SHORT, (a, b))
+    assert str(e.value) == (
+        "side lr0 (1 process; PPOAlgorithm.learning_rate=0.0): "
+        "PPOAlgorithm.learning_rate=0.0; it must be a positive float, e.g. "
+        "3e-4")
+    with pytest.raises(AlfError, match=r"^side a \(1 process; "
+                       r"TrainerConfig.env_name='NoSuch-v0'\): .*NoSuch-v0"):
+        compare.check_sides(["ppo_cart_pole.gin"], SHORT, compare.make_sides(
+            ["TrainerConfig.env_name='NoSuch-v0'"]))
+    # A calibration the algorithm cannot do: the trainer's own check.
+    with pytest.raises(AlfError, match=r"^side b .*calibrate_offsets"):
+        compare.check_sides(["dqn_cart_pole.gin"], [], compare.make_sides(
+            b_params=["TrainerConfig.calibrate_offsets={0: (0.1,)}"]))
+    assert compare.check_sides(["ppo_cart_pole.gin"], SHORT, (a, compare.Side(
+        "lr", 1, ("PPOAlgorithm.learning_rate=1e-3",)))) == {"a": 1024,
+                                                              "lr": 1024}
+
+
+@pytest.mark.timeout(120)
+def test_bad_b_binding_is_refused_before_side_a_trains(tmp_path):
+    res = _run_tool(tmp_path / "r", extra=[
+        "--b_param", "PPOAlgorithm.learning_rate=0.0", "--b_name", "lr0"])
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr == (
+        "alf.bin.compare: error: side lr0 (1 process; PPOAlgorithm."
+        "learning_rate=0.0): PPOAlgorithm.learning_rate=0.0; it must be a "
+        "positive float, e.g. 3e-4\n")
+    assert res.stdout == "" and not os.path.exists(tmp_path / "r")
 
 
 @pytest.mark.timeout(120)
@@ -305,7 +383,7 @@ def test_end_to_end_two_settings(tmp_path):
     sides = ["--a_param", "TrainerConfig.minibatch_size=128",
              "--b_param", "PPOAlgorithm.learning_rate=3e-4"]
     res = _run_tool(tmp_path, extra=sides)
-    assert res.returncode in (0, 3), res.stdout + res.stderr
+    assert res.returncode in (0, 3, 4), res.stdout + res.stderr
     assert res.stdout.startswith(
         "side A, a: 1 process; TrainerConfig.minibatch_size=128\n"
         "side B, b: 1 process; PPOAlgorithm.learning_rate=3e-4\n")
@@ -354,7 +432,11 @@ def test_malformed_b_param_is_refused_before_any_run(tmp_path):
 def test_sizes_that_do_not_divide_are_refused_before_any_run(tmp_path, extra,
                                                              side):
     root = tmp_path / "r"
-    res = _run_tool(root, SHORT + ["TrainerConfig.num_envs=3"], extra=extra)
+    # A minibatch that one process's 3 x 32 transitions hold: otherwise
+    # the single side's algorithm refuses them first.
+    res = _run_tool(root, SHORT + ["TrainerConfig.num_envs=3",
+                                   "TrainerConfig.minibatch_size=96"],
+                    extra=extra)
     assert res.returncode == 1, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and res.stderr.startswith(
         f"alf.bin.compare: error: side {side}: TrainerConfig.num_envs=3 "
@@ -436,6 +518,53 @@ def test_reuse_only_runs_of_the_same_experiment(tmp_path):
             f"other settings ({differs}); use a new --root_dir, or the "
             "settings those runs were trained with\n")
         assert "reused" not in res.stdout
+
+
+def _runs_with_finals(root, finals):
+    """Finished runs made by hand: side -> one final return per seed (the
+    last 3 evaluations at that value)."""
+    for side, values in finals.items():
+        for seed, v in enumerate(values):
+            run = root / side / f"seed{seed}"
+            (run / "ckpt").mkdir(parents=True)
+            (run / "ckpt" / "ckpt-1024.pt").write_bytes(b"")
+            (run / "eval.csv").write_text(
+                "env_steps,average_return,average_episode_length\n"
+                + "".join(f"{s},{v},10.0\n" for s in (256, 512, 768, 1024)))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("finals, code, outcome", [
+    # Within tolerance, though significant (p = 0.008): AGREE.
+    ({"single": [500, 500, 500], "ddp2": [499.0, 499.2, 498.9]}, 0,
+     "AGREE (both figures within tolerance)"),
+    # 2 seeds, far apart but not significant: more seeds needed.
+    ({"single": [480, 452], "ddp2": [220, -34.1]}, 4,
+     "INCONCLUSIVE (more seeds needed for final return and normalized "
+     "AUC)"),
+    ({"single": [480, 452], "ddp2": [20, 34.1]}, 3,
+     "DISAGREE (final return and normalized AUC beyond tolerance)"),
+])
+def test_exit_code_says_the_outcome(tmp_path, finals, code, outcome):
+    _runs_with_finals(tmp_path, finals)
+    res = _run_tool(tmp_path, extra=("--num_processes", "2", "--seeds",
+                                     str(len(finals["single"]))))
+    assert res.returncode == code, res.stdout + res.stderr
+    assert res.stdout.endswith(f"\nverdict: single and ddp2 {outcome}\n"), \
+        res.stdout
+    assert "trained" not in res.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_value_that_is_not_a_number_is_named(tmp_path):
+    _finished_runs(tmp_path, seeds=1, last_row="1024,nan,20.0\n")
+    res = _run_tool(tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr == (
+        "alf.bin.compare: error: run single/seed0: average_return in "
+        "eval.csv is not a number (nan at env step 1024); such a run cannot "
+        "be compared (did its training diverge?)\n")
+    assert "verdict" not in res.stdout
 
 
 @pytest.mark.timeout(120)

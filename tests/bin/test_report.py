@@ -100,6 +100,22 @@ def test_calibration_rows_are_each_candidates_scores(tmp_path):
     assert zero == pytest.approx([0.4, 0.6, 0.7])
 
 
+def test_calibration_rows_from_before_a_widening_resume_read(tmp_path):
+    # A resume that calibrates a second dimension widens calibration.csv;
+    # the earlier rows have empty fields there.
+    run = _run(tmp_path)
+    with open(os.path.join(run, "calibration.csv"), "w") as f:
+        f.write("env_steps,average_return,chosen,offset_1,"
+                "route_completion,offset_0\n"
+                "1000,1.0,1,0.0,0.4,\n3000,2.0,1,0.0,0.6,0.1\n")
+    with open(os.path.join(run, "eval.csv"), "w") as f:
+        f.write("env_steps,route_completion\n1000,0.1\n3000,0.3\n")
+    _, rows = report.report_rows(run, ["route_completion"], calibration=True)
+    scored = {r.split: r.values for r in rows}
+    assert scored["calibration, offset 0=+0.1 1=+0"][1] == pytest.approx(0.6)
+    assert scored["calibration, offset 0=none 1=+0"][0] == pytest.approx(0.4)
+
+
 def test_calibration_errors_name_the_file_or_column(tmp_path):
     run = _run(tmp_path)
     with pytest.raises(AlfError, match="calibration.csv does not exist "
@@ -146,12 +162,83 @@ def test_default_window_is_half_the_evaluation_spacing():
 
 def test_markdown_table_and_last_mean():
     text = report.format_markdown(
-        STEPS, [report.Row("training", "m", [0.1, math.nan, 12.345])], last=2)
-    head, rule, row = text.split("\n")
+        STEPS, [report.Row("training", "m", [0.1, math.nan, 12.345]),
+                report.Row("held out", "m", [1.0, 2.0, 3.0])], last=2)
+    head, rule, row, full, blank, note = text.split("\n")
     assert head == "| env steps | 1k | 3k | 5k | last 2 |"
     assert rule == "| --- | --- | --- | --- | --- |"
-    # NaN is an empty cell, and the mean skips it: (0.1 + 12.345) / 2.
-    assert row == "| training: m | 0.10 |  | 12.3 | 6.22 |"
+    # NaN is an empty cell, and the mean skips it, (0.1 + 12.345) / 2:
+    # not the last 2 evaluations, so marked, and the note says which.
+    assert row == "| training: m | 0.10 |  | 12.3 | 6.22 † |"
+    assert full == "| held out: m | 1.00 | 2.00 | 3.00 | 2.50 |"
+    assert (blank, note) == ("", "† training: m: the mean of 2 values (at "
+                             "1k, 5k): empty cells are left out")
+    # Fewer values than --last: said too.
+    text = report.format_markdown(
+        STEPS, [report.Row("training", "m", [math.nan, math.nan, 4.0])])
+    assert text.split("\n")[2:] == [
+        "| training: m |  |  | 4.00 | 4.00 † |", "",
+        "† training: m: the mean of 1 value (at 5k): empty cells are left "
+        "out"]
+    # Nothing skipped: no note.
+    assert "†" not in report.format_markdown(
+        STEPS, [report.Row("training", "m", [1.0, 2.0, 3.0])], last=2)
+
+
+def test_a_value_that_is_not_a_number_is_named_and_noted(tmp_path):
+    run = _run(tmp_path, held_out=False)
+    _write_csv(os.path.join(run, "eval.csv"), [
+        (1000, 1.0, 0.1), (3000, "nan", 0.3), (5000, 3.0, 0.5)])
+    out = _cli("--root_dir", run, "--metrics", "average_return")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == (
+        f"alf.bin.report: warning: {run}/eval.csv has 1 value that is not "
+        "a number (average_return at 3000): empty cells, left out of the "
+        "means\n")
+    assert out.stdout.splitlines()[2:] == [
+        "| training (deterministic): average_return | 1.00 |  | 3.00 | "
+        "2.00 † |", "",
+        "† training (deterministic): average_return: the mean of 2 values "
+        "(at 1k, 5k): empty cells are left out"]
+
+
+def _resumed(run, steps, text):
+    with open(os.path.join(run, f"config-resumed-{steps}.gin"), "w") as f:
+        f.write(text)
+
+
+def test_a_run_resumed_with_another_evaluation_policy_says_so(tmp_path):
+    run = _run(tmp_path)
+    # Resumed at 3000 sampling: the evaluations after 3000 sampled.
+    _resumed(run, 3000, "TrainerConfig.eval_deterministic = False\n")
+    _, rows = report.report_rows(run, ["route_completion"])
+    assert [r.split for r in rows] == [
+        "training (deterministic until 3000; sampling after)",
+        "held out (deterministic until 3000; sampling after)"]
+    # Then calibrated from 4000 on; a record moved aside is not read.
+    _resumed(run, 4000, "TrainerConfig.eval_deterministic = True\n"
+             "TrainerConfig.calibrate_offsets = {1: (-0.2, 0.0)}\n")
+    with open(os.path.join(run, "config-resumed-1000-superseded.gin"),
+              "w") as f:
+        f.write("TrainerConfig.eval_deterministic = False\n")
+    assert report.evaluation_policy(run, [1000, 3000, 3500, 5000]) == (
+        "deterministic until 3000; sampling until 4000; deterministic, "
+        "calibrated after")
+    # Without an evaluation between 3000 and 4000, the sampling ones are
+    # not in the table.
+    assert report.evaluation_policy(run, STEPS) == (
+        "deterministic until 4000; deterministic, calibrated after")
+    # A resume past the last evaluation, or with the same policy, changes
+    # no label.
+    assert report.evaluation_policy(run, [1000, 3000]) == "deterministic"
+    os.remove(os.path.join(run, "config-resumed-4000.gin"))
+    _resumed(run, 3000, "TrainerConfig.eval_deterministic = True\n")
+    assert report.evaluation_policy(run, STEPS) == "deterministic"
+    # The rollouts' label follows their config the same way.
+    _resumed(run, 3000, "TrainerConfig.eval_deterministic = True\n"
+             "PPOAlgorithm.explore_fraction = 0.5\n")
+    assert report.behaviour_policy(run, STEPS) == (
+        "sampling until 3000; sampling 50% of steps after")
 
 
 def test_step_labels_stay_distinct():
@@ -244,17 +331,25 @@ def test_cli_skips_rows_a_crash_cut_short_and_says_so(tmp_path):
      "one of "),
     (["--plot", "curves"], "--plot=curves: matplotlib cannot write a file "
      "without extension; use one of "),
+    (["--plot", "/nonexistent/x.png"], "--plot=/nonexistent/x.png: "
+     "directory /nonexistent does not exist\n"),
+    (["--plot", "afile/x.png"], "--plot=afile/x.png: directory "
+     "{tmp}/afile is not a folder\n"),
 ])
 def test_cli_error_is_one_line_and_exit_code_1(tmp_path, args, message):
     args = [str(tmp_path / a) if a == "absent" else a for a in args]
     if "--root_dir" not in args:
         args += ["--root_dir", _run(tmp_path)]
-    out = _cli(*args)
+    (tmp_path / "afile").write_text("")
+    out = subprocess.run([sys.executable, "-m", "alf.bin.report", *args],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
     assert out.returncode == 1
     assert out.stderr.strip().count("\n") == 0
-    assert out.stderr.startswith("alf.bin.report: error: " + message)
+    assert out.stderr.startswith("alf.bin.report: error: " + message.format(
+        tmp=tmp_path)), out.stderr
     assert out.stdout == ""  # refused before the table
-    if "--plot" in args:
+    if "matplotlib cannot write" in message:
         assert ".pdf, " in out.stderr and ".png, " in out.stderr
 
 
