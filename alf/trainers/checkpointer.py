@@ -129,8 +129,11 @@ class Checkpointer:
                    world_size: int) -> str:
         """Writes a rank's own state (`RLAlgorithm.local_state`) for the
         checkpoint at ``env_steps`` atomically, then deletes the rank's
-        older ones (and, on rank 0, those of ranks the run no longer has):
-        only the newest is kept, as it can be the size of a replay buffer.
+        older ones but the previous (and, on rank 0, those of ranks the
+        run no longer has): they can be the size of a replay buffer. The
+        previous one stays for the previous checkpoint, which a resume
+        uses if rank 0 fails to write this one (ranks do not wait for
+        each other here).
 
         Raises:
             CheckpointError: as `save`.
@@ -138,11 +141,18 @@ class Checkpointer:
         path = self.local_path(env_steps, rank)
         self._write({"format": 1, "env_steps": env_steps, "rank": rank,
                      "world_size": world_size, "state": state}, path)
+        mine = []
         for old in glob.glob(os.path.join(self.ckpt_dir, "local-*-rank*.pt")):
             m = _LOCAL.match(os.path.basename(old))
-            if m and old != path and (int(m.group(2)) == rank or (
-                    rank == 0 and int(m.group(2)) >= world_size)):
+            if not m:
+                continue
+            steps, owner = int(m.group(1)), int(m.group(2))
+            if owner == rank:
+                mine.append((steps, old))
+            elif rank == 0 and owner >= world_size:
                 _remove_quietly(old)
+        for _, old in sorted(mine)[:-2]:
+            _remove_quietly(old)
         return path
 
     def load_local(self, env_steps: int, rank: int, world_size: int

@@ -203,7 +203,7 @@ class TrainerConfig:
         max_checkpoints: keep this many newest checkpoints (None: all).
         checkpoint_replay: off-policy: with every checkpoint each rank
             also saves its replay buffer's contents, as
-            ``ckpt/local-<env_steps>-rank<r>.pt`` (only the newest kept),
+            ``ckpt/local-<env_steps>-rank<r>.pt`` (the newest two kept),
             so that a resumed run goes on with them. False (or a resume
             from an older checkpoint, or another number of processes):
             the resumed run refills an empty buffer with its restored

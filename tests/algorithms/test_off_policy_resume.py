@@ -68,7 +68,8 @@ def _local_files(root):
 def test_a_resumed_run_goes_on_with_its_replay_buffer(tmp_path):
     first = _train(tmp_path, 512)
     assert int(first.num_updates) == 4  # from the second iteration
-    assert _local_files(tmp_path) == ["local-512-rank0.pt"]
+    assert _local_files(tmp_path) == ["local-256-rank0.pt",
+                                      "local-512-rank0.pt"]
     stored = first.replay_buffer.contents()
     resumed = _train(tmp_path, 768)
     # The 512 transitions it restored and 256 more: it trained at once.
@@ -78,7 +79,9 @@ def test_a_resumed_run_goes_on_with_its_replay_buffer(tmp_path):
     for name, t in stored.items():
         if name.startswith("_storage"):
             assert torch.equal(got[name][:len(t)], t), name
-    assert _local_files(tmp_path) == ["local-768-rank0.pt"]  # newest only
+    # The newest two: the previous stays for the previous checkpoint.
+    assert _local_files(tmp_path) == ["local-512-rank0.pt",
+                                      "local-768-rank0.pt"]
 
 
 @pytest.mark.timeout(240)

@@ -268,3 +268,24 @@ def test_aside_name_skips_a_name_taken_by_any_extension(tmp_path,
     assert aside_name(str(tmp_path), "x", (".pt", ".json")) == str(
         tmp_path / "x-T-3")
     assert aside_name(str(tmp_path), "x", (".gin",)) == str(tmp_path / "x-T")
+
+
+def test_a_ranks_local_states_keep_the_newest_two(tmp_path):
+    """The previous one serves the previous checkpoint, should rank 0 fail
+    to write this one; rank 0 removes those of ranks the run lost."""
+    ckpt = Checkpointer(str(tmp_path))
+    state = {"x": torch.arange(3)}
+    ckpt.save_local(state, 100, 2, 3)
+    for steps in (100, 200, 300):
+        for rank in (1, 0):
+            ckpt.save_local(state, steps, rank, 2)
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["local-200-rank0.pt", "local-200-rank1.pt",
+                     "local-300-rank0.pt", "local-300-rank1.pt"]
+    assert torch.equal(ckpt.load_local(300, 1, 2)["x"], state["x"])
+    assert ckpt.load_local(100, 0, 2) is None
+    with pytest.raises(CheckpointError, match="run of 2 processes, not 1"):
+        ckpt.load_local(300, 0, 1)
+    (tmp_path / "local-300-rank0.pt").write_bytes(b"cut short")
+    with pytest.raises(CheckpointError, match="unreadable.*it is ignored"):
+        ckpt.load_local(300, 0, 2)
