@@ -42,6 +42,8 @@ import inspect
 import json
 import math
 import os
+import signal
+import sys
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -232,6 +234,9 @@ def _play(cfg, path: str, load_fn, num_episodes: int, sampling: bool,
     env_fn.set_environment_process()
     # pygame renders off-screen: no window, no sound device.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    # SDL (pygame's rendering) would take SIGTERM for itself: a play that
+    # is told to stop would go on to its end.
+    os.environ.setdefault("SDL_NO_SIGNAL_HANDLERS", "1")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     kwargs = {"render": True} if writer else {}
     if writer and not _takes(load_fn, "render"):
@@ -506,9 +511,20 @@ def _split(split: str, held_out: bool) -> str:
     return "held_out" if held_out else split
 
 
+def _stopped(signum, frame):
+    """SIGTERM or SIGHUP: unwinds as Ctrl-C does (a video being written is
+    removed, an existing one kept), with the shell's exit code."""
+    from alf.utils import process
+    print(f"alf.bin.play: {process.signal_name(signum)}: stopped",
+          file=sys.stderr)
+    raise SystemExit(process.exit_code_for(signum))
+
+
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stopped)
     rows = run_cli("alf.bin.play", play, FLAGS.root_dir, FLAGS.checkpoint,
                    FLAGS.num_episodes, FLAGS.sampling, FLAGS.record_file,
                    FLAGS.gin_param or (), FLAGS.seed, FLAGS.fps,

@@ -363,3 +363,13 @@ def test_read_curves_names_the_rows_it_skips(tmp_path, capsys):
     (tmp_path / "eval.csv").write_text("env_steps,average_return\n1,2\n")
     cur.read_curves(str(tmp_path), "eval.csv", "prog")
     assert capsys.readouterr().err == ""  # nothing skipped, nothing said
+
+
+def test_two_sides_without_spread_are_judged_by_their_difference():
+    # scipy's p for two different constants is 0 and its interval NaN.
+    assert cur.welch_pvalue([500.0] * 3, [490.0] * 3) == (
+        None, "no spread across seeds")
+    outcome, lines = cur.verdict(_stats([(500, 400)] * 3, [(490, 400)] * 3),
+                                 0.1, 25)
+    assert outcome == "AGREE", lines
+    assert "nan" not in " ".join(lines)

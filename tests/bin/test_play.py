@@ -196,6 +196,34 @@ play({str(cart_pole_run)!r}, num_episodes=1, act=interrupted,
     assert os.listdir(out.parent) == ["cp.gif"]
 
 
+def test_sigterm_while_recording_stops_keeping_the_old_video(cart_pole_run,
+                                                            tmp_path):
+    """SDL (pygame's rendering) took SIGTERM for itself: the play went on
+    to its end and replaced the video."""
+    import signal
+    import time
+    out = tmp_path / "cp.gif"
+    out.write_bytes(b"a good video")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alf.bin.play", "--root_dir",
+         str(cart_pole_run), "--num_episodes", "50", "--record_file",
+         str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        deadline = time.time() + 120
+        while len(os.listdir(tmp_path)) < 2 and time.time() < deadline:
+            time.sleep(0.1)  # until the video's temporary file exists
+        time.sleep(1.0)  # frames being written
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == "alf.bin.play: SIGTERM: stopped"
+    assert out.read_bytes() == b"a good video"
+    assert os.listdir(tmp_path) == ["cp.gif"]
+
+
 def _means(stdout):
     line = next(ln for ln in stdout.splitlines() if ln.split()[:1] == ["mean"])
     return [float(x) for x in line.split()[1:]]
