@@ -175,7 +175,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
         self.replay_buffer.load_contents(
             state, self.example_experience(self.config.local_num_envs))
 
-    def on_resume(self, env_steps: int) -> None:
+    def on_resume(self, env_steps: int, local_note: str = "") -> None:
         """Without its replay contents (`local_state`) a resumed rank
         starts with an empty buffer. It refills it with the restored
         policy: acting at random again, as a fresh run's initial
@@ -185,9 +185,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
         world = max(1, self.config.world_size)
         self._num_stored = max(self._num_stored, env_steps // world)
         if len(self.replay) == 0:
-            why = ("TrainerConfig.checkpoint_replay=False"
-                   if not self.config.checkpoint_replay else
-                   "none was saved with this checkpoint")
+            why = local_note or "none was saved with this checkpoint"
             needed = max(self._local_initial_collect,
                          self._local_minibatch_size, 1)
             logging.warning(

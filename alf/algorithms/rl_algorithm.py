@@ -166,10 +166,11 @@ class RLAlgorithm(Algorithm):
         for prefix, scalars in state["scalars"].items():
             vars(modules[prefix]).update(scalars)
 
-    def on_resume(self, env_steps: int) -> None:
+    def on_resume(self, env_steps: int, local_note: str = "") -> None:
         """Called on every rank once a checkpoint taken at ``env_steps``
         (all ranks' env steps) is loaded; not on a fresh start. For state
-        that checkpoints do not hold."""
+        that checkpoints do not hold; ``local_note`` says why this rank's
+        `local_state` was not restored ("" if it was, or there was none)."""
 
     def local_state(self) -> Dict[str, torch.Tensor]:
         """What this rank alone holds and a checkpoint (rank 0's state,

@@ -228,8 +228,10 @@ class ReplayBuffer(nn.Module):
         contents = dict(contents)
         capacity = int(contents.pop(_CAPACITY, -1))
         if capacity != self.capacity:
-            raise ValueError(f"stored contents are of a buffer of "
-                             f"{capacity} steps, not {self.capacity}")
+            raise ValueError(
+                f"saved with {capacity} steps per environment, this buffer "
+                f"holds {self.capacity} (replay_buffer_capacity, num_envs or "
+                "the number of processes changed)")
         fresh = self._treespec is None
         if fresh:
             self._build(example)

@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -139,8 +139,13 @@ class Checkpointer:
             CheckpointError: as `save`.
         """
         path = self.local_path(env_steps, rank)
-        self._write({"format": 1, "env_steps": env_steps, "rank": rank,
-                     "world_size": world_size, "state": state}, path)
+        try:
+            self._write({"format": 1, "env_steps": env_steps, "rank": rank,
+                         "world_size": world_size, "state": state}, path)
+        except CheckpointError as e:
+            raise CheckpointError(
+                f"{e}; or train without saving replay buffers "
+                "(TrainerConfig.checkpoint_replay=False)") from e
         mine = []
         for old in glob.glob(os.path.join(self.ckpt_dir, "local-*-rank*.pt")):
             m = _LOCAL.match(os.path.basename(old))
@@ -171,10 +176,22 @@ class Checkpointer:
         saved = Checkpointer.load(path, advice="it is ignored")
         if saved.get("world_size") != world_size or not isinstance(
                 saved.get("state"), dict):
+            n = saved.get("world_size")
             raise CheckpointError(
-                f"{path} was saved by a run of {saved.get('world_size')} "
-                f"processes, not {world_size}; it is ignored")
+                f"{path} was saved by a run of {n} "
+                f"process{'' if n == 1 else 'es'}, not {world_size}; it is "
+                "ignored")
         return saved["state"]
+
+    def remove_partial_writes(self) -> List[str]:
+        """Removes the temporary files of writes that a killed process
+        left (``*.tmp``; one run at a time writes here, so none is in
+        progress when it starts); returns their names."""
+        gone = []
+        for path in glob.glob(os.path.join(self.ckpt_dir, "*.tmp")):
+            _remove_quietly(path)
+            gone.append(os.path.basename(path))
+        return gone
 
     def _best_info(self) -> Optional[Dict[str, Any]]:
         """``best.json``'s record as written, or None without a readable

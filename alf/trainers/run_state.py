@@ -37,6 +37,9 @@ class Resumed(NamedTuple):
     iteration: int
     env_steps: int
     rng: torch.Tensor
+    #: Why this rank's own state (`RLAlgorithm.local_state`) was not
+    #: restored; "" if it was, or if there was none to restore.
+    local_note: str = ""
 
 
 class RunState:
@@ -55,6 +58,8 @@ class RunState:
             no best checkpoint).
         episode_metrics: the environments' episode metrics, which
             evaluations report besides return and episode length.
+        restore_local: whether a resume restores each rank's own state
+            saved beside the checkpoint (``TrainerConfig.checkpoint_replay``).
 
     Raises:
         ConfigError: ``best_metric`` is not a metric evaluations report.
@@ -64,9 +69,11 @@ class RunState:
                  episodes: EpisodeStats, is_chief: bool,
                  max_checkpoints: Optional[int] = 5,
                  best_metric: Optional[str] = None,
-                 episode_metrics: Sequence[str] = ()):
+                 episode_metrics: Sequence[str] = (),
+                 restore_local: bool = True):
         check_best_metric(best_metric, episode_metrics)
         self.root_dir = root_dir
+        self._restore_local_state = restore_local
         self.checkpointer = Checkpointer(os.path.join(root_dir, "ckpt"),
                                          max_checkpoints)
         self._algorithm = algorithm
@@ -104,39 +111,43 @@ class RunState:
         return self.checkpointer.save(self.state(iteration, env_steps),
                                       env_steps)
 
-    def _restore_local(self, env_steps: int) -> None:
+    def _restore_local(self, env_steps: int) -> str:
         """Every rank restores its own state saved with the checkpoint at
         ``env_steps`` (`RLAlgorithm.local_state`), or none does (a
         collective): ranks that differ in what they hold could disagree
         on when to train, which would break their lockstep.
 
+        Returns:
+            Why this rank's was not restored ("" if it was, or if there
+            was none and it was not asked for).
+
         Raises:
             CheckpointError: some ranks' states were restored, and another
                 rank's does not fit (on every rank).
         """
+        if not self._restore_local_state:
+            return "TrainerConfig.checkpoint_replay=False"
         rank, world = distributed.get_rank(), distributed.get_world_size()
+        name = os.path.basename(self.checkpointer.local_path(env_steps, rank))
         state, problem = None, None
         try:
             state = self.checkpointer.load_local(env_steps, rank, world)
         except CheckpointError as e:
-            problem = str(e)
-        if _any_rank(state is None) or state is None:
-            if problem:
-                logging.warning("%s", problem)
-            return
+            logging.warning("%s", e)
+            problem = f"{name} is unusable (above)"
+        if _any_rank(state is None):
+            return (problem or f"no {name} beside the checkpoint"
+                    if state is None else
+                    "another process has none; all restore theirs or none")
         try:
             self._algorithm.load_local_state(state)
         except ValueError as e:  # the config's sizes changed
-            problem = str(e)
+            problem = f"{name} does not fit this config: {e}"
         failed = problem is not None
         if not _any_rank(failed):
-            return
-        if not _any_rank(not failed):  # the config's sizes changed
-            if rank == 0:
-                logging.warning("%s does not fit this config (%s); it is "
-                                "ignored", self.checkpointer.local_path(
-                                    env_steps, rank), problem)
-            return
+            return ""
+        if not _any_rank(not failed):
+            return problem or ""
         # Equal configs make this all or nothing; should it not be, the
         # ranks must not train on different footings.
         where = os.path.join(self.checkpointer.ckpt_dir,
@@ -165,6 +176,11 @@ class RunState:
         # broadcasts parameters and buffers.
         path, state, error = None, None, None
         if self._is_chief:
+            gone = self.checkpointer.remove_partial_writes()
+            if gone:
+                logging.info("removed what a killed run left half-written "
+                             "in %s: %s", self.checkpointer.ckpt_dir,
+                             ", ".join(gone))
             path = self.checkpointer.latest()
             try:
                 state = (Checkpointer.load(path, CHECKPOINT_LAYOUT) if path
@@ -187,9 +203,9 @@ class RunState:
                 f"checkpoint {path} does not fit this config "
                 f"({_first_detail(e)}); {RESUME_ADVICE}") from e
         self._episodes.total_episodes = counters["episodes"]
-        self._restore_local(counters["env_steps"])
+        local_note = self._restore_local(counters["env_steps"])
         resumed = Resumed(path, counters["iteration"], counters["env_steps"],
-                          state["rng"]["torch"])
+                          state["rng"]["torch"], local_note)
         if self._is_chief:
             logging.info("resumed from %s (iteration %d, %d env steps)", path,
                          resumed.iteration, resumed.env_steps)

@@ -173,7 +173,7 @@ class Trainer:
         self._run_state = RunState(self.root_dir, self.algorithm,
                                    self._episodes, self.is_chief,
                                    cfg.max_checkpoints, cfg.best_metric,
-                                   metrics)
+                                   metrics, cfg.checkpoint_replay)
         self._counts = CollectionCounts(
             cfg.steps_per_iteration, self.rank,
             self.world_size, cfg.preempt_stragglers and self.world_size > 1)
@@ -201,7 +201,7 @@ class Trainer:
             self.env_steps = self.env_steps_at_start = resumed.env_steps
             self._rng_state = resumed.rng
             assert self.algorithm is not None  # built by `_build`
-            self.algorithm.on_resume(resumed.env_steps)
+            self.algorithm.on_resume(resumed.env_steps, resumed.local_note)
         # Evaluations after the checkpoint (all of them without one: a run
         # that failed before its first) come from training this run
         # discards; unless it had finished, it evaluates those steps again.

@@ -113,5 +113,25 @@ def test_a_replay_saved_under_other_sizes_is_ignored_with_a_word(
                      "TrainerConfig.replay_buffer_capacity=20000")
     assert len(resumed.replay) == 256  # refilled, not the saved 512
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "local-512-rank0.pt does not fit this config" in said, said
-    assert "resumed with an empty replay buffer" in said, said
+    assert ("resumed with an empty replay buffer (local-512-rank0.pt does "
+            "not fit this config: saved with 50000 steps per environment, "
+            "this buffer holds 10000") in said, said
+
+
+@pytest.mark.timeout(240)
+def test_with_checkpoint_replay_off_a_saved_replay_is_not_restored(
+        tmp_path, caplog):
+    _train(tmp_path, 512)
+    resumed = _train(tmp_path, 768, "TrainerConfig.checkpoint_replay=False")
+    assert len(resumed.replay) == 256
+    assert ("resumed with an empty replay buffer (TrainerConfig."
+            "checkpoint_replay=False)") in caplog.text
+
+
+@pytest.mark.timeout(240)
+def test_a_save_a_killed_run_left_half_written_is_removed(tmp_path):
+    _train(tmp_path, 512)
+    partial = tmp_path / "ckpt" / "local-768-rank0.pt.tmp"
+    partial.write_bytes(b"cut short by a kill")
+    _train(tmp_path, 768)
+    assert not partial.exists()

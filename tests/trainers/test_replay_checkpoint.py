@@ -57,16 +57,17 @@ def _save_then_restore(rank, root, drop_rank1):
     torch.distributed.barrier()
     fresh = _sac(rank, 2)
     distributed.activate_ddp(fresh)
-    RunState(root, fresh, EpisodeStats(2), rank == 0).restore()
-    return saved, fresh.replay_buffer.contents(), len(fresh.replay)
+    resumed = RunState(root, fresh, EpisodeStats(2), rank == 0).restore()
+    return (saved, fresh.replay_buffer.contents(), len(fresh.replay),
+            resumed.local_note)
 
 
 @pytest.mark.timeout(120)
 def test_each_rank_restores_its_own_replay(tmp_path):
     results = values(run_ranks(_save_then_restore, str(tmp_path), False,
                                timeout=100))
-    for saved, got, stored in results:
-        assert stored == 16 and set(saved) == set(got)
+    for saved, got, stored, note in results:
+        assert stored == 16 and set(saved) == set(got) and note == ""
         for name, t in saved.items():
             assert torch.equal(got[name], t), name
     assert not torch.equal(results[0][1]["_storage_0"],
@@ -75,9 +76,12 @@ def test_each_rank_restores_its_own_replay(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_rank_without_its_file_means_no_rank_restores(tmp_path):
-    for _, _, stored in values(run_ranks(
-            _save_then_restore, str(tmp_path), True, timeout=100)):
-        assert stored == 0
+    results = values(run_ranks(_save_then_restore, str(tmp_path), True,
+                               timeout=100))
+    assert [stored for _, _, stored, _ in results] == [0, 0]
+    assert [note for *_, note in results] == [
+        "another process has none; all restore theirs or none",
+        "no local-80-rank1.pt beside the checkpoint"]
 
 
 @pytest.mark.parametrize("replay", [UniformReplay, PrioritizedReplay])
@@ -101,7 +105,7 @@ def test_contents_of_other_sizes_are_refused_leaving_it_empty():
     for capacity, example in ((6, {"x": torch.zeros(2, 3)}),
                               (5, {"x": torch.zeros(2, 4)})):
         other = UniformReplay().build(capacity, 2)
-        with pytest.raises(ValueError, match="do not fit|not 6"):
+        with pytest.raises(ValueError, match="do not fit|holds 6"):
             other.load_contents(buffer.contents(), example)
         assert other.contents() == {}  # its storage is made on first add
         other.add_batch({"x": torch.zeros(2, 7)})
