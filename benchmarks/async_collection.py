@@ -221,8 +221,8 @@ def main():
                         said += (f", inference {r['inference_ms']:.3f} "
                                  f"(batch {r['inference_batch']:.1f})")
                     print(f"repeat {rep}: {label(v)} "
-                          f"{r['steady_rate']:6.0f} env steps/s (whole run "
-                          f"{r['rate']:.0f}), learner "
+                          f"{r['steady_rate']:6.0f} env steps/s (trainer's own "
+                          f"{r['rate']:.0f}, first iteration in), learner "
                           f"{r['learner_ms']:.3f} ms CPU/step (wall "
                           f"{r['learner_wall_ms']:.3f}){said} (wall "
                           f"{r['wall']:.0f} s); load "

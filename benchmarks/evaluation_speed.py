@@ -55,7 +55,8 @@ def _one_after_the_other(evaluators, algorithm):
 
 
 def _one_batch(evaluators, algorithm):
-    def batched(algorithm, obs, streams, episodes):
+    def batched(algorithm, obs, streams, episodes, variants=None):
+        # Variants (calibration candidates) are not what this way measures.
         return (algorithm.predict_step(obs) if streams is None else
                 algorithm.rollout_step(obs)).output
 

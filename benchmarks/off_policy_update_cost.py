@@ -20,6 +20,7 @@ from alf.data_structures import Experience
 
 from off_policy_vs_sb3 import SETUPS as RUN_SETUPS
 from off_policy_vs_sb3 import _sb3_model
+from runs import require_sb3
 
 # Updates per timed burst and minibatch size; the models themselves are
 # off_policy_vs_sb3.py's (gin file for alf, _sb3_model for SB3).
@@ -88,6 +89,7 @@ def main():
     parser.add_argument("--double_dqn", action="store_true",
                         help="alf's double-DQN target (SB3 has none)")
     args = parser.parse_args()
+    require_sb3()
     torch.set_num_threads(1)
     params = ([] if args.algo != "dqn" or args.double_dqn
               else ["DQNAlgorithm.double_dqn=False"])

@@ -32,7 +32,8 @@ import time
 
 import torch
 
-from runs import print_library_comparison, throughput_params
+from runs import (print_library_comparison, require_sb3,
+                  throughput_params)
 
 SETUPS = {
     "sac": dict(gin="sac_pendulum.gin", env="Pendulum-v1", steps=20_000),
@@ -73,7 +74,7 @@ def run_alf(algo: str, seed: int, num_env_steps: int, extra=()):
                                                  *extra]
     if algo == "dqn":  # RL-zoo explores over 8k steps whatever the budget
         params.append(f"DQNAlgorithm.exploration_fraction="
-                      f"{8000 / num_env_steps}")
+                      f"{min(1.0, 8000 / num_env_steps)}")
     alf.trainers.parse_config([SETUPS[algo]["gin"]], params)
     with tempfile.TemporaryDirectory() as root:
         trainer = Trainer(root)
@@ -96,7 +97,7 @@ def _sb3_model(algo: str, seed: int, num_env_steps: int):
     return DQN("MlpPolicy", env, learning_rate=2.3e-3, buffer_size=100_000,
                learning_starts=1000, batch_size=64, gamma=0.99,
                target_update_interval=10, train_freq=128, gradient_steps=128,
-               exploration_fraction=8000 / num_env_steps,
+               exploration_fraction=min(1.0, 8000 / num_env_steps),
                exploration_final_eps=0.04, max_grad_norm=10, **common)
 
 
@@ -120,6 +121,7 @@ def main():
     parser.add_argument("--alf_param", action="append", default=[],
                         help="a gin binding for alf's runs (repeatable)")
     args = parser.parse_args()
+    require_sb3()
     steps = args.num_env_steps or SETUPS[args.algo]["steps"]
     alf_params = list(args.alf_param)
     if args.algo == "dqn" and not args.double_dqn:

@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from runs import print_library_comparison, throughput_params
+from runs import (print_library_comparison, require_sb3,
+                  throughput_params)
 
 
 def run_alf(seed: int, num_env_steps: int):
@@ -58,6 +59,7 @@ def main():
     parser.add_argument("--num_env_steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
+    require_sb3()
     torch.set_num_threads(1)
     print(f"load before: {os.getloadavg()[0]:.2f}")
     rows = {"alf": [], "sb3": []}

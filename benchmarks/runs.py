@@ -2,6 +2,7 @@
 or a function in two gloo ranks."""
 import multiprocessing as mp
 import os
+import queue as queue_module
 import re
 import statistics
 import subprocess
@@ -26,10 +27,40 @@ def two_gloo_ranks(target: Callable, args: Any,
                  for r in range(2)]
         for p in procs:
             p.start()
-        result = queue.get(timeout=timeout)
-        for p in procs:
-            p.join(timeout=60)
+        try:
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    result = queue.get(timeout=1.0)
+                    break
+                except queue_module.Empty:
+                    # A rank that died (its traceback is above) would
+                    # leave this waiting for the whole timeout.
+                    dead = [r for r, p in enumerate(procs)
+                            if p.exitcode not in (None, 0)]
+                    if dead or time.time() > deadline:
+                        raise SystemExit(
+                            f"rank {dead[0]} failed (exit code "
+                            f"{procs[dead[0]].exitcode})" if dead else
+                            f"no result after {timeout:g} s") from None
+            for p in procs:
+                p.join(timeout=60)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
     return result
+
+
+def require_sb3() -> None:
+    """Exits with one line, before anything runs, if Stable-Baselines3 (the
+    ``bench`` extra) is missing: the alf side would run first for
+    nothing."""
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        raise SystemExit("stable-baselines3 is not installed: pip install "
+                         "-c constraints.txt -e '.[bench]'") from None
 
 
 def environment_spaces(cfg) -> Tuple[Any, Any, Any]:
@@ -128,11 +159,20 @@ _ACTORS = re.compile(r"actors ([\d.]+) ms CPU/step \(env step ([\d.]+)"
                      r"([\d.]+)\) )?\| learner waiting (\d+)%")
 
 
+_FINAL_EVAL = re.compile(r"^I\d{4} [\d:.]+ .*\] eval at \d+ env steps",
+                         re.MULTILINE)
+
+
 def steady_rate(output: str) -> float:
     """Env steps/s between the first and the last progress line of a train
-    CLI's ``output``: the pipeline's fill (the first iteration, before the
-    first line) left out. NaN with fewer than two lines."""
-    found = _STAMPED.findall(output)
+    CLI's ``output`` before its final evaluation: the pipeline's fill (the
+    first iteration, before the first line) and the final evaluation (with
+    its calibration; the trainer's last progress line comes after it) left
+    out. NaN with fewer than two lines."""
+    evals = list(_FINAL_EVAL.finditer(output))
+    end = evals[-1].start() if evals else len(output)
+    found = [m.groups() for m in _STAMPED.finditer(output)
+             if m.start() < end]
     if len(found) < 2:
         return float("nan")
 

@@ -12,9 +12,11 @@ in line with the undisturbed run's.
 
 ``--steps`` must span several checkpoints (``ppo_cart_pole.gin``: every
 25,600 steps) and ``--kill_every`` must exceed the ranks' start-up, or the
-disturbed run never gets past its first checkpoint (SOAK FAILED). A short
-check of the whole path: ``--steps 80000 --kill_every 50 --max_restarts 10``
-(about 4 minutes).
+disturbed run never gets past its first checkpoint (SOAK FAILED); a run
+that ends before its first kill tested nothing (SOAK FAILED too). A short
+check of the whole path: ``--steps 160000 --kill_every 25 --max_restarts
+10`` (a few minutes; at 80,000 steps and 50 s a fast machine finished
+before the first kill).
 """
 import argparse
 import math
@@ -140,6 +142,11 @@ def main():
     print(f"undisturbed: exit {calm_code}, {calm_wall / 60:.1f} min, final "
           f"return {calm_final:.1f}; problems: {calm_problems or 'none'}")
     print(f"runs in {root}")
+    if not kills:
+        # Nothing was tested: the run ended before the first kill was due.
+        print("SOAK FAILED: no rank was killed (the run ended first); "
+              "raise --steps or lower --kill_every")
+        return 1
     ok = (code == 0 and not problems and len(restarts) == len(kills)
           and final >= 0.9 * calm_final)
     print("SOAK PASSED" if ok else "SOAK FAILED")

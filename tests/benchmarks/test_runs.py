@@ -32,6 +32,18 @@ def test_steady_rate_across_midnight_and_without_two_lines():
     assert math.isnan(runs.steady_rate(_line("06:28:10.000000", 4096)))
 
 
+def test_steady_rate_leaves_out_the_final_evaluation():
+    """The trainer's last progress line comes after its final evaluation
+    (and calibration): 11 s of MetaDrive evaluation counted as training."""
+    out = "\n".join([
+        _line("06:28:10.000000", 4096), _line("06:28:12.000000", 8192),
+        "I1126 06:28:13.000000 1401 evaluator.py:88] calibrating",
+        "I1126 06:28:30.000000 1401 reporting.py:264] eval at 12288 env "
+        "steps: return 1.00, episode length 10.0",
+        _line("06:28:30.100000", 12288)])
+    assert runs.steady_rate(out) == pytest.approx(4096 / 2.0)
+
+
 @pytest.mark.timeout(60)
 def test_sigterm_stops_the_whole_run_it_started():
     """A benchmark that `timeout` stops with SIGTERM leaves no process of
