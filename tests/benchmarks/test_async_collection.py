@@ -21,7 +21,9 @@ def _run(workload, modes):
     params = [a for p in SMALL[workload] for a in ("--gin_param", p)]
     return run_script("async_collection.py", "--workload", workload,
                       "--repeats", "1", "--processes", "1", "--modes",
-                      modes, "--num_env_steps", "512", *params, timeout=170)
+                      # Three iterations: the steady rate needs two progress
+                      # lines before the final evaluation.
+                      modes, "--num_env_steps", "768", *params, timeout=170)
 
 
 @pytest.mark.timeout(200)
