@@ -1,6 +1,8 @@
 r"""Random and full-throttle policies on MetaDrive, measured like alf's
-evaluation (same suite settings, same evaluation seed, one episode per
-environment), for comparison with a trained policy's eval.csv and
+evaluation (the suite settings of ``--gin_file``, ``ppg_metadrive.gin``
+by default, its failure penalties included; the same evaluation seed; one
+episode per environment), for comparison with a trained policy's eval.csv
+and
 eval_held_out.csv: on the training scenarios and on the held-out ones of
 ``ppg_metadrive.gin``'s split (MetaDrive's: training from seed 1000 up,
 test scenarios 0-199).
@@ -56,6 +58,9 @@ def main():
                         help="the first training scenario")
     parser.add_argument("--held_out_start_seed", type=int, default=0)
     parser.add_argument("--held_out_scenarios", type=int, default=200)
+    parser.add_argument("--gin_file", default="ppg_metadrive.gin",
+                        help="the config whose environment settings "
+                        "(observation, horizon, penalties) the episodes use")
     parser.add_argument("--out_dir", default=None,
                         help="also write DIR/<policy>/eval.csv and "
                         "eval_held_out.csv")
@@ -68,6 +73,14 @@ def main():
                 if os.path.exists(path):
                     raise SystemExit(f"metadrive_baselines: {path} exists; "
                                      "choose another --out_dir")
+    # The config's suite settings, e.g. its failure penalties: without
+    # them a return is not what training's evaluation records.
+    from alf.trainers.config_parser import parse_config
+    from alf.utils.errors import AlfError
+    try:
+        parse_config([args.gin_file])
+    except AlfError as e:
+        raise SystemExit(f"metadrive_baselines: {e}") from None
     torch.manual_seed(args.seed)
     print(f"{args.episodes} episodes each, traffic {args.traffic_density}, "
           "horizon 1000")
