@@ -50,11 +50,11 @@ def check_number(name: str, value, low: float, high: float = math.inf,
     Raises:
         ConfigError: naming ``name``, the value and the valid range.
     """
-    if (not isinstance(value, bool) and isinstance(value, Real)
-            and math.isfinite(value)
-            and (low < value if low_open else low <= value)
-            and value <= high):
-        return
+    if not isinstance(value, bool) and isinstance(value, Real):
+        x = float(value)  # a Real converts; mypy cannot order Reals
+        if math.isfinite(x) and (low < x if low_open else low <= x) \
+                and x <= high:
+            return
     if low == -math.inf and high == math.inf:
         valid = "a finite number"
     elif high == math.inf:

@@ -138,15 +138,15 @@ def welch_test(a: Sequence[float], b: Sequence[float], alpha: float = 0.05
     if p is None:
         return None, why
     from scipy import stats
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    xa, xb = np.asarray(a, float), np.asarray(b, float)
+    va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
     se = math.sqrt(va + vb)
     # Welch-Satterthwaite; a side without spread adds nothing (0 / 0 kept
     # out: p is finite, so one side has spread).
     df = (va + vb) ** 2 / sum(v * v / (len(x) - 1)
-                              for v, x in ((va, a), (vb, b)) if v > 0)
+                              for v, x in ((va, xa), (vb, xb)) if v > 0)
     half = float(stats.t.ppf(1 - alpha, df)) * se
-    diff = float(b.mean() - a.mean())
+    diff = float(xb.mean() - xa.mean())
     return Welch(p, diff - half, diff + half), ""
 
 
@@ -237,7 +237,8 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
         xa, xb = [v[key] for v in a.values()], [v[key] for v in b.values()]
         ma, mb = float(np.mean(xa)), float(np.mean(xb))
         bound = max(tol_abs, tol_rel * abs(ma))
-        outcome, why = _judge(mb - ma, bound, *test(xa, xb, alpha), alpha, d)
+        tested, why_not = test(xa, xb, alpha)
+        outcome, why = _judge(mb - ma, bound, tested, why_not, alpha, d)
         outcomes[name] = outcome
         lines.append(f"{name}: mean {ref} {ma:.{d}f}, mean {other} "
                      f"{mb:.{d}f}, difference {mb - ma:+.{d}f}: {why} -> "
@@ -253,10 +254,11 @@ def verdict(stats: Dict[str, Dict[int, Dict[str, float]]], tol_rel: float,
         which = [name for name, o in outcomes.items() if o == outcome]
         if which:
             break
-    why = {AGREE: "both figures within tolerance",
-           DISAGREE: f"{' and '.join(which)} beyond tolerance",
-           INCONCLUSIVE: f"more seeds needed for {' and '.join(which)}"}
-    lines.append(f"verdict: {ref} and {other} {outcome} ({why[outcome]})")
+    reasons = {AGREE: "both figures within tolerance",
+               DISAGREE: f"{' and '.join(which)} beyond tolerance",
+               INCONCLUSIVE: f"more seeds needed for {' and '.join(which)}"}
+    lines.append(f"verdict: {ref} and {other} {outcome} "
+                 f"({reasons[outcome]})")
     return outcome, lines
 
 

@@ -45,7 +45,7 @@ import os
 import signal
 import sys
 import tempfile
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -395,6 +395,7 @@ class _VideoWriter:
         umask = os.umask(0)
         os.umask(umask)
         self._mode = 0o666 & ~umask
+        self._out: Any  # a _GifStream or imageio's writer: append_data, close
         if ext == ".gif":
             self._out = _GifStream(os.fdopen(fd, "wb"), fps)
             return

@@ -61,7 +61,8 @@ def check_priority_options(owner: str, alpha, eps, beta=None) -> None:
         if name == "beta" and value is None:
             continue
         if (isinstance(value, bool) or not isinstance(value, Real)
-                or not math.isfinite(value) or not 0 <= value <= high):
+                or not math.isfinite(value)
+                or not 0 <= float(value) <= high):
             raise ConfigError(f"{owner}.{name}={value!r}; valid: {valid}")
 
 

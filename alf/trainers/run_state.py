@@ -135,7 +135,7 @@ class RunState:
         except CheckpointError as e:
             logging.warning("%s", e)
             problem = f"{name} is unusable (above)"
-        if _any_rank(state is None):
+        if _any_rank(state is None) or state is None:
             return (problem or f"no {name} beside the checkpoint"
                     if state is None else
                     "another process has none; all restore theirs or none")
