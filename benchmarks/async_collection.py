@@ -67,7 +67,8 @@ import os
 import statistics
 import tempfile
 
-from runs import terminate_on_sigterm, throughput_params, train_throughput
+from runs import (positive_int, terminate_on_sigterm, throughput_params,
+                  train_throughput)
 
 LATENCY_MS = 10.0
 
@@ -168,7 +169,10 @@ def main():
     params = throughput_params(steps) + extra + [
         "TrainerConfig.log_interval_seconds=0"] + args.gin_param
     cores = os.cpu_count()
-    procs = [int(p) for p in args.processes.split(",")]
+    try:
+        procs = [positive_int(p) for p in args.processes.split(",")]
+    except argparse.ArgumentTypeError as e:
+        parser.error(f"--processes {args.processes}: {e}")
     variants = [(n, m, d) for d in args.devices.split(",")
                 for n in procs for m in args.modes.split(",")
                 if d == "cpu" or n == 1]

@@ -11,16 +11,16 @@ and prints a table.
 import argparse
 import tempfile
 
-from runs import first_reaching, train_runs
+from runs import first_reaching, positive_int, train_runs
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gin_file", default="ppo_cart_pole.gin")
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=positive_int, default=5)
     parser.add_argument("--parallel", type=int, default=2,
                         help="runs at a time (1 for 2-process runs)")
-    parser.add_argument("--num_env_steps", type=int, default=100_000)
+    parser.add_argument("--num_env_steps", type=positive_int, default=100_000)
     parser.add_argument("--threshold", type=float, default=475.0)
     parser.add_argument("--eval_interval", type=int, default=10,
                         help="iterations between evaluations (-1: the gin "

@@ -39,7 +39,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from alf.utils import distributed
-from runs import two_gloo_ranks
+from runs import positive_int, two_gloo_ranks
 
 OBS, ACTIONS, POOL = 64, 4, 8  # observation size, actions, batches per rank
 VARIANTS = ("hand", "hand-bv", "dec", "dec-nochk", "local")
@@ -185,13 +185,13 @@ def _hidden(text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=20,
+    parser.add_argument("--blocks", type=positive_int, default=20,
                         help="rounds; each runs one block of every variant")
     parser.add_argument("--steps", type=int, default=100,
                         help="steps per block, small case")
     parser.add_argument("--big_steps", type=int, default=10,
                         help="steps per block, big case")
-    parser.add_argument("--batch", type=int, default=128,
+    parser.add_argument("--batch", type=positive_int, default=128,
                         help="batch size per rank")
     parser.add_argument("--small_hidden", type=_hidden, default=(64, 64))
     parser.add_argument("--big_hidden", type=_hidden, default=(512, 512, 512))

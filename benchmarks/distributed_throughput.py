@@ -24,7 +24,7 @@ import os
 import statistics
 import tempfile
 
-from runs import throughput_params, train_throughput
+from runs import positive_int, throughput_params, train_throughput
 
 PRESETS = {
     "default": [],
@@ -38,8 +38,8 @@ PRESETS = {
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--num_env_steps", type=int, default=50_000)
+    parser.add_argument("--repeats", type=positive_int, default=2)
+    parser.add_argument("--num_env_steps", type=positive_int, default=50_000)
     parser.add_argument("--num_processes", type=int, default=2)
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         default="default")

@@ -6,14 +6,14 @@ r"""The evaluation curve of ppo_pendulum.gin (return against env steps).
 import argparse
 import tempfile
 
-from runs import first_reaching, print_curves, train_runs
+from runs import first_reaching, positive_int, print_curves, train_runs
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=positive_int, default=2)
     parser.add_argument("--root", default=None)
-    parser.add_argument("--num_env_steps", type=int, default=None,
+    parser.add_argument("--num_env_steps", type=positive_int, default=None,
                         help="a shorter run, e.g. to check the script")
     args = parser.parse_args()
     root = args.root or tempfile.mkdtemp(prefix="ppo_pendulum_")

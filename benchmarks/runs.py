@@ -1,5 +1,6 @@
 """Helpers for benchmark scripts: run the train CLI (curves, throughput),
 or a function in two gloo ranks."""
+import argparse
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -50,6 +51,19 @@ def two_gloo_ranks(target: Callable, args: Any,
                 if p.is_alive():
                     p.kill()
     return result
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a count of at least 1, or argparse's one-line
+    usage error naming the flag (0 seeds or repeats averaged nothing, a
+    capacity of 0 failed deep inside)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return value
 
 
 def require_sb3() -> None:

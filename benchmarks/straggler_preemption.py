@@ -81,6 +81,10 @@ def main():
     parser.add_argument("--slowdown", type=float, default=2.0)
     parser.add_argument("--num_env_steps", type=int, default=None)
     args = parser.parse_args()
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"--workloads: unknown {', '.join(sorted(unknown))}; "
+                     f"valid: {', '.join(sorted(WORKLOADS))}")
     print(f"load before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
           f"rank 1 {args.slowdown}x slower in the straggler variants",
           flush=True)

@@ -12,6 +12,7 @@ import time
 import torch
 
 from alf.replay_buffers import SumTree
+from runs import positive_int
 
 
 def _per_call_ms(fn, repeats: int) -> float:
@@ -26,10 +27,11 @@ def _per_call_ms(fn, repeats: int) -> float:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--capacity", type=int, default=1_000_000)
-    parser.add_argument("--batch", type=int, action="append", default=None,
+    parser.add_argument("--capacity", type=positive_int, default=1_000_000)
+    parser.add_argument("--batch", type=positive_int, action="append",
+                        default=None,
                         help="minibatch size (repeat); default 64 256 1024")
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--repeats", type=positive_int, default=200)
     args = parser.parse_args()
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)

@@ -107,3 +107,11 @@ def test_a_runs_progress_line_is_parsed(monkeypatch, slowest):
             r["inference_ms"]) == (3.238, 2.665, 4.1, 1.39, 0.0)
     assert r["actor_wait"] == pytest.approx(0.03)
     assert r["learner_wait"] == pytest.approx(0.46)
+
+
+def test_counts_below_one_are_a_usage_error():
+    import argparse
+    assert runs.positive_int("3") == 3
+    for bad in ("0", "-5", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
+            runs.positive_int(bad)
