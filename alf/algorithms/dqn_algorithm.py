@@ -31,7 +31,6 @@ class DQNAlgorithm(OffPolicyAlgorithm):
         q_network_ctor: ``(observation_space, action_space) -> module``
             mapping observations [B, ...] to Q-values [B, n].
         learning_rate: Adam's learning rate.
-        adam_eps: Adam's epsilon.
         adam_eps: Adam's epsilon (>= 0).
         gamma: discount, in [0, 1].
         double_dqn: pick the bootstrap action with the online network and

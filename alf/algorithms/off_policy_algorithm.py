@@ -213,8 +213,7 @@ class OffPolicyAlgorithm(RLAlgorithm):
         ready = self.ready()
         if not getattr(self.config, "preempt_stragglers", False):
             return ready
-        return not distributed.all_reduce_max(
-            torch.tensor([float(not ready)]))[0]
+        return not distributed.any_rank(not ready)
 
     def train_iter(self, progress: float) -> Dict[str, torch.Tensor]:
         self._commit_normalizer()

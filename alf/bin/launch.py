@@ -7,7 +7,7 @@ dead-rank rules: docs/distributed.md, "Exits, preemption and failures"):
 * Ctrl-C, SIGTERM, SIGHUP (to the launcher or to the whole process group):
   every rank is asked to stop after its iteration; rank 0 saves a
   checkpoint. A rank still alive after ``stop_grace`` seconds, or when a
-  second stop signal comes, is aborted, then killed, and the launcher says
+  second Ctrl-C comes, is aborted, then killed, and the launcher says
   so in one line (that stop saved no checkpoint, unless rank 0 said it
   had saved one before it was aborted). The exit code is 128 +
   the signal (130, 143, 129).

@@ -236,6 +236,7 @@ class ReplayBuffer(nn.Module):
         if fresh:
             self._build(example)
         own = dict(self.named_buffers())
+
         def fits(name: str, t: torch.Tensor) -> bool:
             mine = own[name]
             if name not in self._leaf_names:  # counters, trees: whole

@@ -135,7 +135,7 @@ class RunState:
         except CheckpointError as e:
             logging.warning("%s", e)
             problem = f"{name} is unusable (above)"
-        if _any_rank(state is None) or state is None:
+        if distributed.any_rank(state is None) or state is None:
             return (problem or f"no {name} beside the checkpoint"
                     if state is None else
                     "another process has none; all restore theirs or none")
@@ -144,9 +144,9 @@ class RunState:
         except ValueError as e:  # the config's sizes changed
             problem = f"{name} does not fit this config: {e}"
         failed = problem is not None
-        if not _any_rank(failed):
+        if not distributed.any_rank(failed):
             return ""
-        if not _any_rank(not failed):
+        if not distributed.any_rank(not failed):
             return problem or ""
         # Equal configs make this all or nothing; should it not be, the
         # ranks must not train on different footings.
@@ -370,11 +370,3 @@ def _first_detail(error: Exception) -> str:
     detail = lines[1] if len(lines) > 1 else (lines[0] if lines else
                                               type(error).__name__)
     return detail[:300]
-
-
-def _any_rank(flag: bool) -> bool:
-    """Whether ``flag`` holds on any rank (a collective under DDP)."""
-    if distributed.get_world_size() == 1:
-        return flag
-    return bool(distributed.all_reduce_max(
-        torch.tensor([float(flag)]))[0])

@@ -3,6 +3,8 @@ import signal
 import sys
 from typing import Callable, TypeVar
 
+from alf.utils.process import exit_code_for
+
 T = TypeVar("T")
 
 
@@ -43,7 +45,7 @@ class TrainingInterrupted(AlfError):
 
     def __init__(self, message: str, signum: int = signal.SIGINT):
         super().__init__(message)
-        self.exit_code = 128 + int(signum)
+        self.exit_code = exit_code_for(signum)
 
 
 def one_line(error: BaseException) -> str:

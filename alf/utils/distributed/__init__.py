@@ -32,7 +32,7 @@ from alf.utils.distributed.checks import (DistributedError, call_order_check,
                                           check_weights_equal)
 from alf.utils.distributed.collectives import (all_reduce_max,
                                                all_reduce_mean,
-                                               all_reduce_sum,
+                                               all_reduce_sum, any_rank,
                                                broadcast_object)
 from alf.utils.distributed.decorators import (activate_ddp, data_distributed,
                                               data_distributed_when)
@@ -53,7 +53,8 @@ __all__ = [
     "DistributedError", "data_distributed", "data_distributed_when",
     "make_ddp_performer", "activate_ddp", "exclude_from_ddp",
     "is_distributed", "get_rank", "get_world_size", "process_group",
-    "all_reduce_sum", "all_reduce_max", "all_reduce_mean", "standardize",
+    "all_reduce_sum", "all_reduce_max", "all_reduce_mean", "any_rank",
+    "standardize",
     "standardize_parts", "check_weights_equal", "broadcast_object",
     "local_device", "uses_gpus", "collective_timeout", "rendezvous_file",
     "remove_rendezvous", "is_peer_failure", "peer_failure_reason", "store",

@@ -39,6 +39,12 @@ def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank: one collective decision (every
+    rank must call it); ``flag`` itself in a single process."""
+    return bool(all_reduce_max(torch.tensor([float(flag)]))[0])
+
+
 def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
     """Averages ``tensor`` in place across ranks; a no-op in one process.
 
