@@ -44,7 +44,10 @@ def _abort(signum, frame):
 
 def _on_stop_signal(signum, frame):
     # Only before training has installed its own handler (or after it
-    # restored this one): there is nothing to checkpoint yet.
+    # restored this one): there is nothing to checkpoint yet, unless
+    # training already stopped on an earlier signal and is exiting.
+    if process.stop_received():
+        return
     raise SystemExit(process.exit_code_for(signum))
 
 

@@ -239,6 +239,8 @@ class _StartupStopped(BaseException):
 
 
 def _stop_starting(signum, frame):
+    if process.stop_received():
+        return  # training stopped on an earlier signal: it is exiting
     raise _StartupStopped(signum)
 
 

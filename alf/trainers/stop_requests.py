@@ -8,16 +8,13 @@ from absl import logging
 
 from alf.utils import distributed, process
 
-# The first stop signal this process's handlers received (0: none). Kept
-# apart from any `StopRequests`: a rank that loses its peers during a stop
-# reads it after the trainer that held the requests is gone.
-_received = 0
-
 
 def received_stop() -> int:
     """The first stop signal that `install_handlers`' handlers received in
-    this process, or 0."""
-    return _received
+    this process, or 0. Kept apart from any `StopRequests`: a rank that
+    loses its peers during a stop reads it after the trainer that held the
+    requests is gone."""
+    return process.stop_received()
 
 
 class StopRequests:
@@ -83,8 +80,7 @@ def install_handlers(requests: StopRequests, world_size: int,
     force_on_repeat = world_size == 1
 
     def stop(signum, frame):
-        global _received
-        _received = _received or int(signum)
+        process.note_stop(signum)
         if requests.signal:
             if force_on_repeat and signum == signal.SIGINT:
                 raise KeyboardInterrupt
@@ -100,6 +96,7 @@ def install_handlers(requests: StopRequests, world_size: int,
     def checkpoint(signum, frame):
         requests.request_checkpoint()
 
+    process.forget_stop()
     previous = {s: signal.signal(s, stop) for s in process.STOP_SIGNALS}
     previous[process.CHECKPOINT_SIGNAL] = signal.signal(
         process.CHECKPOINT_SIGNAL, checkpoint)

@@ -140,9 +140,11 @@ class Trainer:
                 raise
             raise TrainingError(self._write_failure(e)) from e
         finally:
-            restore_handlers()
+            # The lock first: a signal landing once the handlers before
+            # training are back must not leave it held.
             if lock is not None:
                 lock.release()
+            restore_handlers()
 
     # ---- set-up -----------------------------------------------------------
     def _build(self) -> None:

@@ -23,6 +23,38 @@ ABORT_SIGNAL = signal.SIGUSR2
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 
+# The first stop signal that training's handlers received in this process
+# (0: none). Here, torch-free: the handlers that stand before and after
+# training (the CLI's, a launcher rank's) read it to ignore what follows a
+# stop already under way.
+_stop_received = 0
+
+
+def note_stop(signum: int) -> None:
+    """Records that training received the stop signal ``signum`` (the
+    first one is kept)."""
+    global _stop_received
+    _stop_received = _stop_received or int(signum)
+
+
+def forget_stop() -> None:
+    """A new training starts listening: what stopped an earlier one in
+    this process (a library user's loop) is not its stop."""
+    global _stop_received
+    _stop_received = 0
+
+
+def stop_received() -> int:
+    """The first stop signal training received in this process, or 0.
+
+    Once it is set the run is stopping with its checkpoint: a repeat (a
+    scheduler's SIGTERM beside the launcher's forward, the parent-death
+    signal that the kernel sends once per thread of a dying torchrun agent)
+    has nothing more to say, and must not turn the stop into a "stopped
+    before training" exit or break off the release of the run's lock.
+    """
+    return _stop_received
+
 
 def stopped_before_training(signum: int) -> str:
     """What a run stopped by ``signum`` before training says."""
