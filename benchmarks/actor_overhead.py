@@ -36,7 +36,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from runs import environment_spaces
+from runs import environment_spaces, parse_config_or_exit
 
 from alf.trainers.actor import _Actor, transition
 from alf.trainers.config_parser import parse_config
@@ -96,6 +96,16 @@ def _cpu_per_call(fn, n: int) -> float:
     return (time.thread_time() - start) / n
 
 
+def _policy_network(alg) -> torch.nn.Module:
+    """The network a step's action comes from: the actor of PPO, PPG and
+    SAC, DQN's Q network."""
+    for name in ("actor", "q_net"):
+        if isinstance(getattr(alg, name, None), torch.nn.Module):
+            return getattr(alg, name)
+    raise SystemExit(f"actor_overhead: {type(alg).__name__} has no actor "
+                     "or q_net to time as the floor")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gin_file", default="ppg_metadrive.gin")
@@ -106,7 +116,7 @@ def main():
                         "each step (caches swept as a simulator would)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    parse_config([args.gin_file], args.gin_param)
+    parse_config_or_exit("actor_overhead", [args.gin_file], args.gin_param)
     cfg = TrainerConfig()
     obs_space, act_space, first = environment_spaces(cfg)
     observation = np.asarray(first[0])
@@ -154,7 +164,8 @@ def main():
                 0, (transition(alg, obs, step, ts, versions)[0], {})), n),
         }
         parts["storage write"] -= parts["transition"]
-        floor = _cpu_per_call(lambda: alg.actor(obs), n)
+        policy_net = _policy_network(alg)
+        floor = _cpu_per_call(lambda: policy_net(obs), n)
     env.close()
     overhead = loop - env_step
     ms = 1e3

@@ -18,14 +18,13 @@ import os
 import statistics
 import tempfile
 
-from runs import throughput_params, train_throughput
+from runs import parse_config_or_exit, throughput_params, train_throughput
 
 
 def ddp_calls_per_iteration(gin_files, params, world_size):
     """(global env steps, data-distributed calls) per iteration (PPO)."""
-    import alf.trainers
     from alf.trainers.trainer_config import TrainerConfig
-    alf.trainers.parse_config(gin_files, params)
+    parse_config_or_exit("call_order_check_cost", gin_files, params)
     c = TrainerConfig().per_rank(world_size)
     per_epoch = math.ceil(c.local_num_envs * c.unroll_length /
                           c.local_minibatch_size)

@@ -33,13 +33,12 @@ from typing import Dict, Tuple
 
 import torch
 import torch.nn.functional as F
-from runs import environment_spaces
+from runs import environment_spaces, parse_config_or_exit
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from alf import nest
 from alf.data_structures import Experience
-from alf.trainers.config_parser import parse_config
 from alf.trainers.trainer_config import TrainerConfig
 
 _EPISODE = 200
@@ -103,7 +102,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=8)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    parse_config([args.gin_file], args.gin_param)
+    parse_config_or_exit("learner_floor", [args.gin_file], args.gin_param)
     cfg = TrainerConfig()
     obs_space, act_space, _ = environment_spaces(cfg)
     alg = cfg.algorithm_ctor(observation_space=obs_space,

@@ -32,8 +32,8 @@ import time
 
 import torch
 
-from runs import (print_library_comparison, require_sb3,
-                  throughput_params)
+from runs import (parse_config_or_exit, print_library_comparison,
+                  require_sb3, throughput_params)
 
 SETUPS = {
     "sac": dict(gin="sac_pendulum.gin", env="Pendulum-v1", steps=20_000),
@@ -68,14 +68,13 @@ def _alf_actor(algorithm):
 
 
 def run_alf(algo: str, seed: int, num_env_steps: int, extra=()):
-    import alf.trainers
     from alf.trainers import Trainer
     params = throughput_params(num_env_steps) + [f"TrainerConfig.seed={seed}",
                                                  *extra]
     if algo == "dqn":  # RL-zoo explores over 8k steps whatever the budget
         params.append(f"DQNAlgorithm.exploration_fraction="
                       f"{min(1.0, 8000 / num_env_steps)}")
-    alf.trainers.parse_config([SETUPS[algo]["gin"]], params)
+    parse_config_or_exit("off_policy_vs_sb3", [SETUPS[algo]["gin"]], params)
     with tempfile.TemporaryDirectory() as root:
         trainer = Trainer(root)
         trainer.train()

@@ -77,6 +77,31 @@ def require_sb3() -> None:
                          "-c constraints.txt -e '.[bench]'") from None
 
 
+def parse_config_or_exit(prog: str, gin_files: Sequence[str],
+                         params: Sequence[str] = ()) -> None:
+    """`alf.trainers.parse_config`, or one line naming the bad gin file or
+    binding and the exit (a benchmark is not the place for a traceback
+    from deep inside gin)."""
+    from alf.trainers.config_parser import parse_config
+    from alf.utils.errors import AlfError, one_line
+    try:
+        parse_config(list(gin_files), list(params))
+    except AlfError as e:
+        raise SystemExit(f"{prog}: {one_line(e)}") from None
+
+
+def _last_error_line(log_path: str) -> str:
+    """The CLI's one-line error (``alf.bin.train: error: ...``) in a run's
+    log, else its last line."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return ""
+    errors = [ln for ln in lines if ln.startswith("alf.bin.train:")]
+    return (errors or lines or [""])[-1]
+
+
 def environment_spaces(cfg) -> Tuple[Any, Any, Any]:
     """The observation space, action space and first (raw) observation of
     ``cfg``'s environment, built once in this process and closed."""
@@ -130,7 +155,12 @@ def train_runs(gin_file: str, root: str, seeds: Sequence[int],
                 cmd, stdout=log, stderr=subprocess.STDOUT)))
         for seed, root_dir, proc in procs:
             if proc.wait() != 0:
-                raise RuntimeError(f"seed {seed} failed; see {root_dir}.log")
+                for _, _, other in procs:  # not left training unattended
+                    other.kill()
+                    other.wait()
+                raise SystemExit(
+                    f"seed {seed} failed: {_last_error_line(root_dir + '.log')}"
+                    f" (whole log: {root_dir}.log)")
             results[seed] = read_eval_csv(os.path.join(root_dir, "eval.csv"))
     return results
 

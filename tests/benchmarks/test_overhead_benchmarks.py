@@ -44,3 +44,28 @@ def test_learner_floor_counts_the_products_of_every_update():
     assert learner > 0 and floor > 0
     assert _number(r"ratio\s+([\d.]+)x", out) == pytest.approx(
         learner / floor, rel=0.02, abs=0.01)
+
+
+@pytest.mark.timeout(180)
+def test_actor_overhead_times_dqns_q_network_as_the_floor():
+    out = run_script("actor_overhead.py", "--gin_file", "dqn_cart_pole.gin",
+                     "--unrolls", "1", timeout=150)
+    assert _number(r"policy forward alone\s+([\d.]+)", out) > 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("script", ["actor_overhead.py", "learner_floor.py",
+                                    "call_order_check_cost.py"])
+def test_a_bad_config_is_one_line(script):
+    import subprocess
+    import sys
+
+    from benchmark_harness import BENCHMARKS, REPO
+    res = subprocess.run(
+        [sys.executable, f"{BENCHMARKS}/{script}", "--gin_param",
+         "NoSuchThing.x=1"], capture_output=True, text=True, timeout=100,
+        cwd=REPO)
+    assert res.returncode == 1
+    assert res.stderr.startswith(f"{script[:-3]}: bad gin configuration: "
+                                 "No configurable matching 'NoSuchThing'")
+    assert "Traceback" not in res.stderr

@@ -115,3 +115,13 @@ def test_counts_below_one_are_a_usage_error():
     for bad in ("0", "-5", "x"):
         with pytest.raises(argparse.ArgumentTypeError, match=">= 1"):
             runs.positive_int(bad)
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_seed_names_the_runs_own_error(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        runs.train_runs("no_such.gin", str(tmp_path), [0, 1])
+    assert str(e.value).startswith(
+        "seed 0 failed: alf.bin.train: error: gin file 'no_such.gin' not "
+        "found")
+    assert f"(whole log: {tmp_path}/seed0.log)" in str(e.value)
