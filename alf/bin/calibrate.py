@@ -28,8 +28,9 @@ Exit codes: 0, 1 for a bad input (one line), 130 on Ctrl-C.
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from absl import app, flags
+from absl import flags
 
+from alf.bin import cli
 from alf.trainers.calibration import Offsets, candidates, choose, label
 from alf.utils.errors import ConfigError, run_cli
 
@@ -157,4 +158,4 @@ def main(argv):
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("root_dir")
-    app.run(main)
+    cli.run(main, __name__)

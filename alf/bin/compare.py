@@ -47,6 +47,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from absl import app, flags
 
+from alf.bin import cli
 from alf.bin.curves import (AGREE, DEFAULT_METRIC, DISAGREE, EVAL_CSV,
                             HELD_OUT_CSV, INCONCLUSIVE, Run, align,
                             final_value, normalized_auc, plot, read_curves,
@@ -559,4 +560,4 @@ def main(argv: List[str]) -> int:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    cli.run(lambda argv: sys.exit(main(argv)), __name__)

@@ -50,8 +50,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 import torch
-from absl import app, flags
+from absl import flags
 
+from alf.bin import cli
 from alf.utils.errors import ConfigError, one_line, run_cli
 
 
@@ -539,4 +540,4 @@ def main(argv):
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("root_dir")
-    app.run(main)
+    cli.run(main, __name__)

@@ -40,6 +40,7 @@ from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
 import numpy as np
 from absl import app, flags
 
+from alf.bin import cli
 from alf.bin.curves import CALIBRATION_CSV, EVAL_CSV, HELD_OUT_CSV, read_curves
 from alf.utils.errors import AlfError, one_line
 
@@ -522,4 +523,4 @@ def main(argv: List[str]) -> int:
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("root_dir")
-    app.run(lambda argv: sys.exit(main(argv)))
+    cli.run(lambda argv: sys.exit(main(argv)), __name__)

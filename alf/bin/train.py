@@ -19,6 +19,7 @@ from typing import List, Tuple
 
 from absl import app, flags, logging
 
+from alf.bin import cli
 from alf.utils import process
 from alf.utils.errors import AlfError, one_line
 from alf.utils.process import EXIT_ERROR
@@ -304,7 +305,7 @@ def _main() -> int:
 def run_main():
     """Console-script entry point."""
     define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    cli.run(lambda argv: sys.exit(main(argv)), __name__)
 
 
 if __name__ == "__main__":

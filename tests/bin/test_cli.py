@@ -1,0 +1,39 @@
+"""alf/bin/cli.py: every command's --help prints its usage and flags and
+exits 0 (absl exited 1, and ``alf-train --help`` printed neither)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+COMMANDS = ["train", "play", "compare", "report", "calibrate"]
+
+
+def _run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_prints_the_usage_and_the_commands_flags(command):
+    res = _run([sys.executable, "-m", f"alf.bin.{command}", "--help"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"python -m alf.bin.{command}" in res.stdout
+    assert "--root_dir" in res.stdout
+    # Only the command's own flags: absl's and torch's are --helpfull's.
+    assert "absl.logging:" not in res.stdout
+
+
+@pytest.mark.timeout(120)
+def test_the_console_script_and_the_other_help_flags():
+    script = shutil.which("alf-train", path=os.path.dirname(sys.executable))
+    assert script, "alf-train is not installed beside this python"
+    for flag in ("--help", "-h"):
+        res = _run([script, flag])
+        assert res.returncode == 0 and "--gin_file" in res.stdout, res
+    full = _run([sys.executable, "-m", "alf.bin.train", "--helpfull"])
+    assert full.returncode == 0 and "absl.logging:" in full.stdout
+    # After "--" it is an argument, not a flag: the usual usage error.
+    res = _run([sys.executable, "-m", "alf.bin.train", "--", "--help"])
+    assert res.returncode == 1 and "unexpected arguments" in res.stderr
