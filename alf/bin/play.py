@@ -32,16 +32,19 @@ is written with Pillow; an ``.mp4`` needs the ``[video]`` extra
 (imageio with its ffmpeg binary). Frames are written as they come (memory
 stays flat however long the play), to a hidden temporary file beside it
 that is renamed into place at the end: a failed or interrupted play
-leaves no file, and an existing one as it was.
+leaves no file, and an existing one as it was (a play killed outright
+leaves its hidden file, which the next play to the same file removes).
 
 Exit codes: 0, 1 for a bad input (one line: a missing run, checkpoint,
 unwritable file), 130 on Ctrl-C.
 """
+import contextlib
 import errno
 import inspect
 import json
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -363,6 +366,32 @@ def _takes(fn: Callable, name: str) -> bool:
                                  for p in params.values())
 
 
+def _remove_orphans(folder: str, name: str, ext: str) -> None:
+    """Removes the temporary videos for ``name`` that a play killed outright
+    (out of memory, SIGKILL) left behind: hidden, a video's size each. The
+    writer's process id is in the name; a live one's file stays."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.\w+\.tmp"
+                         rf"{re.escape(ext)}")
+    for entry in os.listdir(folder):
+        m = pattern.fullmatch(entry)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(folder, entry))
+            print(f"removed {entry}, the unfinished video of a play that "
+                  "was killed", file=sys.stderr)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class _VideoWriter:
     """Writes frames as they come as a GIF (Pillow) or an MP4 (imageio +
     ffmpeg, the ``video`` extra), holding one frame at a time.
@@ -385,8 +414,10 @@ class _VideoWriter:
             if os.path.isdir(path) or (os.path.exists(path) and
                                        not os.access(path, os.W_OK)):
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
-            fd, self._tmp = tempfile.mkstemp(prefix=f".{name}.",
-                                             suffix=".tmp" + ext, dir=folder)
+            _remove_orphans(folder, name, ext)
+            fd, self._tmp = tempfile.mkstemp(
+                prefix=f".{name}.{os.getpid()}.", suffix=".tmp" + ext,
+                dir=folder)
         except OSError as e:
             raise ConfigError(f"--record_file={path!r} cannot be written "
                               f"({e.strerror or e})") from e

@@ -109,3 +109,24 @@ def test_a_video_gets_the_mode_a_plain_file_would(tmp_path):
     finally:
         os.umask(umask)
     assert os.stat(tmp_path / "v.gif").st_mode & 0o777 == 0o644
+
+
+def test_a_killed_plays_temporary_video_is_removed_by_the_next(tmp_path,
+                                                                 capsys):
+    import subprocess
+    import sys
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a process id that no process holds now
+    orphan = tmp_path / f".v.gif.{dead.pid}.abcd_123.tmp.gif"
+    live = tmp_path / f".v.gif.{os.getpid()}.efgh_456.tmp.gif"
+    other = tmp_path / f".w.gif.{dead.pid}.abcd_123.tmp.gif"
+    for f in (orphan, live, other):
+        f.write_bytes(b"GIF89a")
+    writer = _VideoWriter(str(tmp_path / "v.gif"), fps=30)
+    writer.add(np.zeros((8, 8, 3), np.uint8))
+    writer.close()
+    assert not orphan.exists()
+    assert live.exists() and other.exists()  # a live play's; another video's
+    assert f"removed {orphan.name}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live.name, other.name, "v.gif"])
