@@ -41,7 +41,6 @@ unwritable file), 130 on Ctrl-C.
 import contextlib
 import errno
 import inspect
-import json
 import math
 import os
 import re
@@ -126,7 +125,8 @@ def _checkpoint(root_dir: str, which: str) -> Tuple[str, int]:
     from alf.trainers.checkpointer import Checkpointer
     ckpt = Checkpointer(os.path.join(root_dir, "ckpt"))
     saved = ckpt.saved()
-    best, unreadable = _best(ckpt.ckpt_dir)
+    record, unreadable = ckpt.best_record()
+    best = record and (record["path"], record["env_steps"])
     have = ", ".join((["latest"] if saved else []) +
                      (["best"] if best else []) + [str(s) for s in saved])
     path, steps = None, -1
@@ -151,26 +151,6 @@ def _checkpoint(root_dir: str, which: str) -> Tuple[str, int]:
         raise ConfigError(f"--checkpoint={which}: no such checkpoint in "
                           f"{ckpt.ckpt_dir} (there: {have or 'none'}{hint})")
     return path, steps
-
-
-def _best(ckpt_dir: str) -> Tuple[Optional[Tuple[str, int]], Optional[str]]:
-    """``(best.pt's path, its env steps)`` from ``best.json``, or None
-    without a best.pt; and, where best.pt's record cannot be read, what is
-    wrong with it (a crash or an edit can leave it so)."""
-    from alf.trainers.checkpointer import BEST, BEST_INFO
-    path, info = (os.path.join(ckpt_dir, name) for name in (BEST, BEST_INFO))
-    if not os.path.exists(path):
-        return None, None
-    try:
-        with open(info) as f:
-            return (path, int(json.load(f)["env_steps"])), None
-    except FileNotFoundError:
-        return None, f"{info} (best.pt's record) is missing"
-    except OSError as e:
-        return None, f"{info} is unreadable ({e.strerror or e})"
-    except (ValueError, TypeError, KeyError):
-        # Not JSON, or JSON without alf's env_steps.
-        return None, f"{info} is unreadable (not alf's best.json)"
 
 
 def run_config(root_dir: str, env_steps: int) -> str:

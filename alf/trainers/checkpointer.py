@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -87,11 +87,30 @@ class Checkpointer:
 
     def best(self) -> Optional[Dict[str, Any]]:
         """``best.json``'s record (``env_steps``, ``metric``, ``value``,
-        and ``path``), or None before any best checkpoint."""
-        info = self._best_info()
-        path = os.path.join(self.ckpt_dir, BEST)
-        return (dict(info, path=path) if info is not None
-                and os.path.exists(path) else None)
+        and ``path``), or None before any best checkpoint (or without a
+        readable record)."""
+        return self.best_record()[0]
+
+    def best_record(self) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+        """(`best`'s record, None), or (None, what is wrong with it) where
+        ``best.pt`` exists but its record cannot be read (a crash or an
+        edit can leave it so); (None, None) without a ``best.pt``."""
+        path, info = (os.path.join(self.ckpt_dir, name)
+                      for name in (BEST, BEST_INFO))
+        if not os.path.exists(path):
+            return None, None
+        try:
+            with open(info) as f:
+                record = json.load(f)
+            record = dict(record, env_steps=int(record["env_steps"]))
+        except FileNotFoundError:
+            return None, f"{info} (best.pt's record) is missing"
+        except OSError as e:
+            return None, f"{info} is unreadable ({e.strerror or e})"
+        except (ValueError, TypeError, KeyError):
+            # Not JSON, or JSON without alf's env_steps.
+            return None, f"{info} is unreadable (not alf's best.json)"
+        return dict(record, path=path), None
 
     def set_aside_best(self, env_steps: int) -> Optional[str]:
         """Moves ``best.pt`` and ``best.json`` to

@@ -289,3 +289,24 @@ def test_a_ranks_local_states_keep_the_newest_two(tmp_path):
     (tmp_path / "local-300-rank0.pt").write_bytes(b"cut short")
     with pytest.raises(CheckpointError, match="unreadable.*it is ignored"):
         ckpt.load_local(300, 0, 2)
+
+
+def test_best_record_says_what_is_wrong_with_best_json(tmp_path):
+    ckpt = Checkpointer(str(tmp_path))
+    assert ckpt.best_record() == (None, None)  # no best.pt
+    ckpt.save_best({"w": torch.zeros(1)}, 300, "average_return", 42.0)
+    record, reason = ckpt.best_record()
+    assert reason is None and record == {
+        "env_steps": 300, "metric": "average_return", "value": 42.0,
+        "path": str(tmp_path / "best.pt")}
+    assert ckpt.best() == record
+    info = tmp_path / "best.json"
+    for text, says in (("[1, 2]", "not alf's best.json"),
+                       ('{"metric": "x"}', "not alf's best.json"),
+                       ("{", "not alf's best.json")):
+        info.write_text(text)
+        assert ckpt.best_record() == (None, f"{info} is unreadable ({says})")
+        assert ckpt.best() is None
+    info.unlink()
+    assert ckpt.best_record() == (None, f"{info} (best.pt's record) is "
+                                  "missing")
