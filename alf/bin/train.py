@@ -212,10 +212,17 @@ def main(argv: List[str]) -> int:
         import multiprocessing
         for child in multiprocessing.active_children():
             child.kill()
-        sig = getattr(e, "signum", signal.SIGINT)
-        print(f"alf.bin.train: {process.stopped_before_training(sig)}",
-              file=sys.stderr, flush=True)
-        code = process.exit_code_for(sig)
+        got = int(getattr(e, "signum", signal.SIGINT))
+        stopped = process.stop_received()
+        if stopped:  # a Ctrl-C again while the stopped run exits
+            print(f"alf.bin.train: {process.signal_name(got)} while "
+                  f"stopping on {process.signal_name(stopped)}; the "
+                  "checkpoints saved stay: run the same command to resume",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"alf.bin.train: {process.stopped_before_training(got)}",
+                  file=sys.stderr, flush=True)
+        code = process.exit_code_for(stopped or got)
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)

@@ -69,29 +69,32 @@ def test_under_a_launcher_repeated_signals_are_ignored():
         restore()
 
 
-@pytest.mark.parametrize("module, raised", [
-    ("alf.bin.train", "_StartupStopped"), ("alf.bin.launch", "SystemExit")])
-def test_a_repeat_after_a_stop_is_not_a_stop_before_training(module, raised):
+@pytest.mark.parametrize("module, handler, sig, raised", [
+    ("alf.bin.train", "_stop_starting", signal.SIGTERM, "_StartupStopped"),
+    ("alf.bin.launch", "_on_stop_signal", signal.SIGTERM, "SystemExit"),
+    ("alf.bin.launch", "_on_interrupt", signal.SIGINT, "KeyboardInterrupt")])
+def test_a_repeat_after_a_stop_is_not_a_stop_before_training(
+        module, handler, sig, raised):
     """What stands before and after training (the CLI's handler, a launcher
     rank's) ends the process on a stop signal, unless training already
     stopped on one: then the repeat (a torchrun agent's dying threads each
-    send the parent-death signal) must not turn a checkpointed stop into
-    "stopped before training", nor break off the lock's release."""
+    send the parent-death signal; the launcher forwards the terminal's
+    Ctrl-C) must not turn a checkpointed stop into "stopped before
+    training", nor break off the lock's release."""
+    import builtins
     import importlib
     cli = importlib.import_module(module)
-    handler = (cli._stop_starting if module == "alf.bin.train"
-               else cli._on_stop_signal)
-    expected = getattr(cli, raised, None) or SystemExit
-    previous = signal.signal(signal.SIGTERM, handler)
+    expected = getattr(cli, raised, None) or getattr(builtins, raised)
+    previous = signal.signal(sig, getattr(cli, handler))
     try:
         restore = install_handlers(StopRequests(), 2, is_chief=False)
         restore()  # a training that was not stopped
         with pytest.raises(expected):
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), sig)
         restore = install_handlers(StopRequests(), 2, is_chief=False)
-        os.kill(os.getpid(), signal.SIGTERM)  # training's stop
+        os.kill(os.getpid(), sig)  # training's stop
         restore()
-        os.kill(os.getpid(), signal.SIGTERM)  # the repeat: ignored
+        os.kill(os.getpid(), sig)  # the repeat: ignored
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(sig, previous)
         install_handlers(StopRequests(), 1, is_chief=False)()
