@@ -18,3 +18,13 @@ def fast_processes(monkeypatch):
     from distributed_harness import fast_context
     monkeypatch.setattr(alf.trainers.collector, "mp", types.SimpleNamespace(
         get_context=lambda method: fast_context()))
+
+
+@pytest.fixture(autouse=True)
+def _end_cli_sessions():
+    """A CLI run (tests/bin/cli_harness.py) that its test left running, on
+    a failure or a timeout, is killed with its whole session."""
+    yield
+    harness = sys.modules.get("cli_harness")
+    if harness is not None:
+        harness.end_sessions_left()

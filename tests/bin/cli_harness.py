@@ -38,6 +38,27 @@ def assert_no_process_left(sid: int, seconds: float = 15) -> None:
     assert not left, f"processes left behind: {left}"
 
 
+# Every `Run` started in this test process: `end_sessions_left` ends those
+# a failing test left running (a 10M-step training would load the cores
+# for the rest of the suite and fail the tests after it).
+_started: List["Run"] = []
+
+
+def end_sessions_left() -> None:
+    """Kills the whole session of every `Run` started since the last call
+    (the tests' teardown; nothing if they ended)."""
+    while _started:
+        run = _started.pop()
+        if run.proc.poll() is None or live(run.proc.pid):
+            try:
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            for pid in live(run.proc.pid):  # children outside its group
+                os.kill(pid, signal.SIGKILL)
+            run.proc.wait()
+
+
 class Run:
     """The CLI in its own session, its output collected by threads.
 
@@ -53,6 +74,7 @@ class Run:
                                      stderr=subprocess.PIPE, text=True,
                                      env=env, cwd=cwd,
                                      start_new_session=True)
+        _started.append(self)
         self.lines: List[str] = []
         self.started = threading.Event()
         self._marker = marker

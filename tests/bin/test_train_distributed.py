@@ -101,7 +101,9 @@ def test_ctrl_c_stops_every_process_saves_and_resumes(tmp_path):
     elapsed = time.time() - start
     text = "".join(out) + rest
     assert proc.returncode == 130, text[-3000:]
-    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    # An iteration and a checkpoint take well under a second here; 20 s
+    # leaves a loaded 2-core machine room to schedule 7 processes' exits.
+    assert elapsed < 20, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in text
     assert sum("SIGINT: stopped at" in ln for ln in text.splitlines()) == 1
     assert text.count("stopping after this iteration") == 1, text[-3000:]
