@@ -1,13 +1,12 @@
 """Atomic, code-free checkpoints under ``ROOT_DIR/ckpt/``."""
 import errno
 import glob
-import io
 import json
 import os
 import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -100,13 +99,15 @@ class Checkpointer:
         if not os.path.exists(path):
             return None, None
         try:
-            with open(info) as f:
-                record = json.load(f)
-            record = dict(record, env_steps=int(record["env_steps"]))
+            with open(info, "r") as f:
+                text = f.read()
         except FileNotFoundError:
             return None, f"{info} (best.pt's record) is missing"
         except OSError as e:
             return None, f"{info} is unreadable ({e.strerror or e})"
+        try:
+            record = json.loads(text)
+            record = dict(record, env_steps=int(record["env_steps"]))
         except (ValueError, TypeError, KeyError):
             # Not JSON, or JSON without alf's env_steps.
             return None, f"{info} is unreadable (not alf's best.json)"
@@ -224,22 +225,28 @@ class Checkpointer:
 
     def _write(self, state: Dict[str, Any], path: str) -> None:
         tmp = path + ".tmp"
-        # Serialised in memory first: torch's writer turns a failed write
-        # into a RuntimeError without errno, and the size is then known.
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        data = buffer.getbuffer()
         try:
             os.makedirs(self.ckpt_dir, exist_ok=True)
             with open(tmp, "wb") as f:
-                f.write(data)
+                # Streamed to the file, not serialised in memory first: a
+                # replay buffer's file would double the process's memory.
+                recorder = _WriteRecorder(f)
+                try:
+                    torch.save(state, cast(IO[bytes], recorder))
+                except RuntimeError as e:
+                    # torch's writer turns the file's OSError into a
+                    # RuntimeError without errno: the recorder kept it.
+                    if recorder.error is None:
+                        raise
+                    raise recorder.error from e
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException as e:  # noqa: BLE001 - Ctrl-C mid-write too
             _remove_quietly(tmp)
             if isinstance(e, OSError):
-                raise CheckpointError(_write_failure(path, len(data), e)) from e
+                raise CheckpointError(_write_failure(
+                    path, _tensor_bytes(state), e)) from e
             raise
 
     @staticmethod
@@ -320,11 +327,42 @@ WRITE_ADVICE: Dict[Optional[int], str] = {
 }
 
 
+class _WriteRecorder:
+    """A file for `torch.save` that keeps the OSError of a failed write,
+    which torch re-raises as a RuntimeError without its errno."""
+
+    def __init__(self, f):
+        self._f = f
+        self.error: Optional[OSError] = None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def _tensor_bytes(state: Any) -> int:
+    """The bytes of the tensors in ``state`` (nested dicts, lists, tuples):
+    about the size of its checkpoint file."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(_tensor_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in state)
+    return 0
+
+
 def _write_failure(path: str, size: int, error: OSError) -> str:
     """The one-line message of a checkpoint write that failed."""
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
     what = "the disk is full" if full else "the write failed"
-    need = (f"; it needs {size} bytes, "
+    need = (f"; it needs about {size} bytes, "
             f"{free_space(os.path.dirname(path))}" if full else "")
     advice = WRITE_ADVICE.get(error.errno, "check the folder")
     return (f"cannot write checkpoint {path}: {what} ({error.strerror or error}"

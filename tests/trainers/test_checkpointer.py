@@ -310,3 +310,21 @@ def test_best_record_says_what_is_wrong_with_best_json(tmp_path):
     info.unlink()
     assert ckpt.best_record() == (None, f"{info} (best.pt's record) is "
                                   "missing")
+
+
+def test_a_large_state_is_streamed_to_the_file_not_copied_in_memory(
+        tmp_path):
+    """A replay buffer's file must not double the process's memory while
+    it is written (it was serialised into a BytesIO first)."""
+    import tracemalloc
+    state = {"storage": torch.ones(8 * 2**20)}  # 32 MB
+    ckpt = Checkpointer(str(tmp_path))
+    tracemalloc.start()
+    try:
+        path = ckpt.save_local(state, 100, rank=0, world_size=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, f"{peak} bytes held while writing 32 MB"
+    assert torch.equal(Checkpointer.load(path)["state"]["storage"],
+                       state["storage"])
