@@ -204,10 +204,8 @@ class ReplayBuffer(nn.Module):
         if self._treespec is None:
             return {}
         n = self.num_steps
-        # A copy of the filled part: torch.save writes a view's whole
-        # storage.
-        out = {name: (t[:n].to("cpu", copy=True) if name in self._leaf_names
-                      else t.cpu()) for name, t in self.named_buffers()}
+        out = {name: (_filled(t, n) if name in self._leaf_names else t.cpu())
+               for name, t in self.named_buffers()}
         # Where each step sits in the ring depends on it.
         out[_CAPACITY] = torch.tensor(self.capacity)
         return out
@@ -317,3 +315,16 @@ def iterate_minibatches(batch, minibatch_size: int,
     for idx in minibatch_indices(leaves[0].shape[0], minibatch_size, 1,
                                  generator):
         yield nest.unflatten(treespec, [x[idx] for x in leaves])
+
+
+def _filled(storage: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` rows of ``storage`` on the CPU, to save: the storage
+    itself when that is all of it (a full buffer is not copied: it would
+    double its memory while saved), else a copy (torch.save writes a
+    view's whole storage)."""
+    whole = (n == storage.shape[0] and storage.storage_offset() == 0 and
+             storage.untyped_storage().nbytes() == storage.nbytes)
+    if whole and storage.device.type == "cpu":
+        return storage
+    return storage[:n].to("cpu", copy=True)
+

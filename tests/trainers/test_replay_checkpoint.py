@@ -116,3 +116,19 @@ def test_only_what_was_filled_is_saved(tmp_path):
     buffer.add_batch({"x": torch.zeros(2, 100)})
     torch.save(buffer.contents(), tmp_path / "c.pt")
     assert os.path.getsize(tmp_path / "c.pt") < 20_000  # not 800 kB
+
+
+def test_a_full_buffer_is_saved_without_a_copy():
+    """Copying a full buffer to save it would double its memory."""
+    buffer = UniformReplay().build(4, 2)
+    for t in range(5):  # full, wrapped
+        buffer.add_batch({"x": torch.full((2, 3), float(t))})
+    stored = dict(buffer.named_buffers())
+    contents = buffer.contents()
+    shared = [name for name, t in contents.items()
+              if name in stored and t.data_ptr() == stored[name].data_ptr()
+              and t.numel() == stored[name].numel() > 1]
+    assert shared, "the full storage was copied"
+    other = UniformReplay().build(4, 2)
+    other.load_contents(contents, {"x": torch.zeros(2, 3)})
+    assert torch.equal(other.gather_all()["x"], buffer.gather_all()["x"])
