@@ -69,3 +69,14 @@ def test_a_bad_config_is_one_line(script):
     assert res.stderr.startswith(f"{script[:-3]}: bad gin configuration: "
                                  "No configurable matching 'NoSuchThing'")
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.timeout(120)
+def test_replay_save_memory_prints_the_peak_of_each_save():
+    out = run_script("replay_save_memory.py", "--capacity", "200000",
+                     "--dim", "20", timeout=100)
+    assert "storage 15 MB" in out
+    full = _number(r"filled 100%: file\s+([\d.]+) MB", out)
+    half = _number(r"filled\s+50%: file\s+([\d.]+) MB", out)
+    assert full == pytest.approx(15, abs=1) and half == pytest.approx(8, abs=1)
+    assert len(re.findall(r"peak\s+\d+ MB during the save", out)) == 2
