@@ -92,14 +92,15 @@ def call_order_error(name: str, call: int) -> DistributedError:
     """The error a rank raises when another ran a different DDP call.
 
     Args:
-        name: the method this rank ran.
-        call: its call number among the module's DDP calls.
+        name: the method this rank ran, and on which module.
+        call: its call number among the DDP calls of the activated module
+            (the algorithm) and its submodules.
     """
     return DistributedError(
         f"call order differs across ranks: on rank {get_rank()}, DDP call "
-        f"#{call} of this module ran {name}, while another rank ran a "
-        "different method or call number; every rank must call the "
-        "data-distributed methods of a module in the same order")
+        f"#{call} ran {name}, while another rank ran a different method, "
+        "module or call number; every rank must call the data-distributed "
+        "methods of the algorithm and its modules in the same order")
 
 
 def call_order_comm_hook(state: CallOrderHook, bucket: dist.GradBucket
@@ -142,8 +143,14 @@ def check_weights_equal(module: nn.Module) -> None:
     bad = (hi != -lo).nonzero()
     if len(bad):
         i = int(bad[0]) // 2
+        hint = ("; a rank updated it with its own gradients: a method "
+                "computing its loss that is not data-distributed (or whose "
+                "data_distributed_when condition was false)"
+                if i < len(list(module.parameters())) else
+                "; if it is per-rank state on purpose, mark its module with "
+                "alf.utils.distributed.exclude_from_ddp")
         raise DistributedError(
             f"weights differ across ranks: {named[i][0]} has checksum "
             f"{sums[2 * i].item():.9g} here (rank {get_rank()}); over all "
             f"ranks it ranges {-lo[2 * i].item():.9g} .. "
-            f"{hi[2 * i].item():.9g} ({len(bad)} checksums differ)")
+            f"{hi[2 * i].item():.9g} ({len(bad)} checksums differ){hint}")

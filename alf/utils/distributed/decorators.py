@@ -109,13 +109,19 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 # Without gradients there is nothing to all-reduce, and
                 # evaluation (rank 0 only) must never enter a collective.
                 return method(self, *args, **kwargs)
+            shared = state["shared"]
+            if shared["active"] is not None:
+                _check_nested(self, state, name, shared["active"])
+                return method(self, *args, **kwargs)  # part of that call
             performer = state["performer"]
             if performer is None:
                 _check_has_parameters(self, name)
+                _check_no_overlap(self, state, name)
                 performer = state["performer"] = _new_performer(self, state)
+            state["methods"].add(name)
+            shared["calls"] += 1
             if state["hook"] is not None:
-                state["calls"] += 1
-                state["hook"].tag(name, state["calls"])
+                state["hook"].tag(_tag_name(state, name), shared["calls"])
             if performer.alf_auto_unused and name not in state["checked"]:
                 return _first_call(self, state, name, method, args, kwargs)
             return _perform(self, state, name, method, *args, **kwargs)
@@ -142,9 +148,17 @@ def activate_ddp(module: nn.Module) -> None:
     """
     if not is_distributed():
         return
-    for sub in module.modules():
+    # Shared by every submodule: the call number runs over all of them, so
+    # that two modules called in another order on another rank (whose
+    # all-reduces then pair up) fail the check; and the data-distributed
+    # call under way, inside which a decorated method runs as part of it.
+    shared = {"calls": 0, "active": None, "root": module}
+    for path, sub in module.named_modules():
         sub.__dict__["_alf_ddp"] = {"performer": None, "hook": None,
-                                    "calls": 0,
+                                    "shared": shared,
+                                    # "" for the module activated
+                                    "path": path,
+                                    "methods": set(),
                                     "check_order": call_order_check(),
                                     # methods whose first call was checked
                                     # for unused parameters ('auto')
@@ -158,6 +172,56 @@ def activate_ddp(module: nn.Module) -> None:
         for t in tensors:
             dist.broadcast(t, src=0)
     check_weights_equal(module)
+
+
+def _tag_name(state: dict, name: str) -> str:
+    """What the call-order check compares: the method and which module of
+    the algorithm ran it (two critics of one class differ)."""
+    return f"{name} of {state['path']}" if state["path"] else name
+
+
+def _where(state: dict) -> str:
+    """The module's path in the activated module, or the latter's class."""
+    return state["path"] or type(state["shared"]["root"]).__name__
+
+
+def _trainable(module: nn.Module) -> set:
+    return {id(p) for p in module.parameters() if p.requires_grad}
+
+
+def _check_nested(module: nn.Module, state: dict, name: str, active) -> None:
+    """A decorated method called inside another's data-distributed call
+    runs as part of it, if that call's DDP module averages its parameters
+    (it is the same module or one inside it)."""
+    outer, outer_name = active
+    if not _trainable(module) <= _trainable(outer):
+        raise DistributedError(
+            f"{name} (on {_where(state)}) is called inside {outer_name}'s "
+            f"data-distributed call, whose module ({type(outer).__name__}) "
+            "does not hold its parameters, so DDP would not average them: "
+            "call it outside, or decorate a method of a module that holds "
+            "both")
+
+
+def _check_no_overlap(module: nn.Module, state: dict, name: str) -> None:
+    """Refuses a second DDP module over parameters that another's already
+    averages (a decorated loss on the algorithm and one on its critic):
+    both would reduce them, which DDP fails at with errors that ask to
+    report a torch bug."""
+    mine = _trainable(module)
+    for other in state["shared"]["root"].modules():
+        theirs = other.__dict__.get("_alf_ddp")
+        if (other is module or theirs is None or theirs["performer"] is None
+                or not mine & _trainable(other)):
+            continue
+        raise DistributedError(
+            f"{name} (on {_where(state)}) and "
+            f"{', '.join(sorted(theirs['methods']))} (on {_where(theirs)}) "
+            f"are data-distributed over {len(mine & _trainable(other))} "
+            "shared parameters, which DDP cannot average twice: decorate "
+            "the methods of one of the two modules (a decorated method "
+            "called inside another's data-distributed call runs as part "
+            "of it)")
 
 
 def _check_has_parameters(module: nn.Module, name: str) -> None:
@@ -178,6 +242,8 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
              *args, **kwargs):
     """Calls ``method`` through the module's DDP module."""
     performer = state["performer"]
+    shared = state["shared"]
+    shared["active"] = (module, name)
     try:
         output = performer(method, *args, **kwargs)
     except RuntimeError as e:
@@ -194,6 +260,8 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
                 "returns the loss, and call backward on its result outside "
                 "it") from e
         raise
+    finally:
+        shared["active"] = None
     state["last"] = name
     return output
 
@@ -222,16 +290,23 @@ def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
     probe and then the real call, keeps its side effects (random numbers
     drawn, counters) those of one call.
     """
-    output = method(module, *args, **kwargs)
+    shared = state["shared"]
+    shared["active"] = (module, name)  # a decorated method inside: part
+    try:
+        output = method(module, *args, **kwargs)
+    finally:
+        shared["active"] = None
     # Tags of (method, call number) ride along, as in the gradient
     # all-reduce: two ranks in different first calls fail here instead of
     # pairing up their decisions.
     tag = 0.0
     if state["check_order"]:
-        tag = float(zlib.crc32(f"{name}#{state['calls']}".encode()) % 2**24)
+        key = f"{_tag_name(state, name)}#{state['shared']['calls']}"
+        tag = float(zlib.crc32(key.encode()) % 2**24)
     found = state["first_calls"].decide(module, name, output, tag)
     if not found.same_call:
-        raise call_order_error(name, state["calls"])
+        raise call_order_error(_tag_name(state, name),
+                               state["shared"]["calls"])
     state["checked"].add(name)
     unused = unused_parameters.describe(found.unused)
     together = " and ".join(found.joined + [name])
