@@ -283,6 +283,10 @@ class _Round:
                     f"collectives timed out after {timeout_hint} "
                     "(collective_timeout.seconds)"), True
         _, rank, _, text = min(secondary)
+        if {m[1] for m in secondary} >= set(range(len(self.procs))):
+            return (f"every rank lost its peers ({text}) while all were "
+                    f"alive: {process.MISMATCHED_COLLECTIVES} (the "
+                    f"timeout is {timeout_hint})"), True
         return f"rank {rank} lost its peers: {text}", True
 
 

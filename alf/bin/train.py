@@ -148,6 +148,9 @@ def _train_under_torchrun(root_dir: str) -> int:
 def _who_failed(heard, rank: int) -> str:
     """Names the ranks that `distributed.silent_ranks` found silent."""
     silent, seconds = heard or ([], 0.0)
+    if heard is not None and not silent:
+        return ("every rank is alive and answering, so "
+                + process.MISMATCHED_COLLECTIVES)
     if not silent:
         return "another rank failed (torchrun names it)"
     names = ", ".join(f"rank {r}" for r in silent)

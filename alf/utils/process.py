@@ -23,6 +23,16 @@ ABORT_SIGNAL = signal.SIGUSR2
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 
+# What it means when every rank timed out in a collective while all of
+# them were alive and answering.
+MISMATCHED_COLLECTIVES = (
+    "either a rank spent longer than collective_timeout.seconds between "
+    "two collectives (rank 0 evaluating, a slow environment), or they "
+    "waited in different collectives: one rank made a data-distributed "
+    "call (or another collective) that the others did not, e.g. a number "
+    "of updates or a data_distributed_when condition that differs across "
+    "ranks")
+
 # The first stop signal that training's handlers received in this process
 # (0: none). Here, torch-free: the handlers that stand before and after
 # training (the CLI's, a launcher rank's) read it to ignore what follows a

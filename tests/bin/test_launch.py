@@ -53,6 +53,21 @@ def test_lost_peers_are_a_failure_unless_a_stop_explains_them():
                                  "ValueError: x", True)
 
 
+def test_every_rank_timing_out_alive_names_the_two_causes():
+    """No rank died or stalled, yet each one's collective timed out: one
+    was too slow between two collectives, or they waited in different ones
+    (a rank-dependent number of data-distributed calls). Before, rank 0
+    was said to have lost its peers, which pointed at rank 1."""
+    rnd = _round(None)
+    rnd.messages.append((0.5, 0, "secondary", "Timed out waiting 20000ms"))
+    said, retry = rnd.cause("20 s")
+    assert said.startswith("every rank lost its peers (Timed out waiting "
+                           "20000ms) while all were alive: either a rank "
+                           "spent longer than collective_timeout.seconds")
+    assert "waited in different collectives" in said and retry
+    assert said.endswith("(the timeout is 20 s)")
+
+
 def _stop_while_a_rank_waits(tmp_path, torchrun: bool):
     """Runs stop_in_collective.py, sends SIGTERM once rank 1 waits in its
     collective; returns (the ready file, stdout, stderr)."""
