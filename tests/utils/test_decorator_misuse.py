@@ -104,12 +104,23 @@ def _update_inside(rank):
         m.update(torch.ones(1, 2) * (rank + 1))
 
 
+def _update_inside_once(rank):
+    """One call: before, nothing was raised, and each rank stepped with
+    its own gradient (DDP sees it only on the next call)."""
+    torch.manual_seed(0)
+    m = Owner()
+    activate_ddp(m)
+    m.update(torch.ones(1, 2) * (rank + 1))
+
+
 @pytest.mark.parametrize("fn, message", [
     (_paramless, "@data_distributed on Paramless.__call__: Paramless has no "
      "trainable parameters for DDP to average; decorate a method of the "
      "module that holds them"),
     (_update_inside, "Owner.update backpropagated inside its "
      "data-distributed call"),
+    (_update_inside_once, "Owner.update backpropagated inside its "
+     "data-distributed call (gradients changed during the call)"),
 ])
 def test_misuse_under_ddp_is_one_error_naming_the_method(fn, message):
     results = run_ranks(fn, timeout=60)

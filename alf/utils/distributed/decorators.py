@@ -224,6 +224,20 @@ def _check_no_overlap(module: nn.Module, state: dict, name: str) -> None:
             "of it)")
 
 
+def _backward_inside(name: str, sign: str) -> DistributedError:
+    return DistributedError(
+        f"{name} backpropagated inside its data-distributed call ({sign}): "
+        "decorate the method that returns the loss, and call backward on "
+        "its result outside it")
+
+
+def _grad_versions(module: nn.Module) -> list:
+    """Which gradient tensor each parameter has, and its version: a
+    backward changes one or the other."""
+    return [None if p.grad is None else (id(p.grad), p.grad._version)
+            for p in module.parameters()]
+
+
 def _check_has_parameters(module: nn.Module, name: str) -> None:
     """Refuses a decorated method whose module has nothing for DDP to
     average (DDP itself fails with a bare StopIteration)."""
@@ -254,11 +268,7 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
                 module, state["last"], performer.alf_auto_unused,
                 str(e)) from None
         if _READY_TWICE in str(e):  # a backward inside the method
-            raise DistributedError(
-                f"{name} backpropagated inside its data-distributed call "
-                "(DDP saw a gradient twice): decorate the method that "
-                "returns the loss, and call backward on its result outside "
-                "it") from e
+            raise _backward_inside(name, "DDP saw a gradient twice") from e
         raise
     finally:
         shared["active"] = None
@@ -292,10 +302,15 @@ def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
     """
     shared = state["shared"]
     shared["active"] = (module, name)  # a decorated method inside: part
+    grads = _grad_versions(module)
     try:
         output = method(module, *args, **kwargs)
     finally:
         shared["active"] = None
+    if _grad_versions(module) != grads:
+        # Caught on this first call: DDP would only see it on a later one,
+        # after an optimizer step on this rank's own gradients.
+        raise _backward_inside(name, "gradients changed during the call")
     # Tags of (method, call number) ride along, as in the gradient
     # all-reduce: two ranks in different first calls fail here instead of
     # pairing up their decisions.
