@@ -257,14 +257,8 @@ class Trainer:
                 and self._reporter is not None)
         cfg = self.config
         last_eval: Dict[str, float] = {}
-        if self._owes_evaluation():
-            # Stopped while it evaluated (or before its asynchronous
-            # evaluation came back): the checkpoint holds the weights that
-            # were due, so the curve gets its point instead of a gap.
-            logging.info("evaluating at %d env steps, which the stopped run "
-                         "did not record", self.env_steps)
-            last_eval = self._evaluate(True, False)
         try:
+            last_eval = self._make_up_evaluation()
             while self.env_steps < cfg.num_env_steps:
                 iteration_start = time.perf_counter()
                 collect_stats = self._collector.collect()
@@ -327,11 +321,43 @@ class Trainer:
         except KeyboardInterrupt:
             path = self._run_state.save(self.iteration, self.env_steps)
             sig = self._stop_requests.signal or signal.SIGINT
+            if self.env_steps >= cfg.num_env_steps:
+                # The stop came with the last iteration, which completed:
+                # the run is finished, and "resume" would do nothing.
+                if self.is_chief:
+                    logging.warning(
+                        "%s came as the run finished: %d env steps, "
+                        "checkpoint %s saved", process.signal_name(sig),
+                        self.env_steps, path)
+                self.steps_per_second = self._reporter.steps_per_second(
+                    self.env_steps)
+                return last_eval
             raise TrainingInterrupted(
                 f"{process.signal_name(sig)}: stopped at {self.env_steps} env "
                 f"steps; checkpoint {path} saved; run the same command to "
                 "resume", sig) from None
         return last_eval
+
+    def _make_up_evaluation(self) -> Dict[str, float]:
+        """A resumed run evaluates first the checkpoint whose evaluation
+        the stopped run did not record (it stopped while evaluating, or
+        before its asynchronous evaluation came back): the checkpoint holds
+        the weights that were due, so the curve gets its point instead of
+        a gap. A stop during it ends the run before it trains (else no
+        later run would owe that evaluation), and ``best.pt`` is written
+        at once (the next iteration changes the weights evaluated)."""
+        assert self._run_state is not None
+        result: Dict[str, float] = {}
+        if self._owes_evaluation():
+            logging.info("evaluating at %d env steps, which the stopped run "
+                         "did not record", self.env_steps)
+            result = self._evaluate(True, False)
+            self._run_state.save_best(self.iteration, self.env_steps)
+        if self.env_steps_at_start > 0:  # every rank: a collective
+            stop, _ = self._stop_requests.agree()
+            if stop:
+                raise KeyboardInterrupt
+        return result
 
     def _owes_evaluation(self) -> bool:
         """Whether this rank is the chief of a resumed run whose checkpoint

@@ -409,3 +409,89 @@ def test_async_ppg_publishes_its_policy_before_the_auxiliary_phase(
     trainer.train()
     assert published == [1, 2, 2, 3, 4, 4]
     assert trainer.env_steps == 4 * SPI
+
+
+# ---- the evaluation a resumed run owes --------------------------------------
+def _scripted_evaluations(monkeypatch, trainer_ref, returns, stop_at=()):
+    """Evaluations that score ``returns[n - 1]`` at the n-th call (from
+    1); those in ``stop_at`` are stopped, as by a Ctrl-C while rank 0
+    evaluates."""
+    import alf.trainers.trainer as trainer_module
+    from alf.trainers.evaluator import EvaluationStopped
+    calls = []
+
+    def evaluate(evaluators, algorithm, should_stop=None):
+        calls.append(1)
+        if len(calls) in stop_at:
+            trainer_ref[0].request_stop()
+            raise EvaluationStopped()
+        return [{"average_return": returns[len(calls) - 1],
+                 "average_episode_length": 10.0}]
+
+    monkeypatch.setattr(trainer_module, "evaluate_together", evaluate)
+    return calls
+
+
+def _train(root, trainer_ref, **kw):
+    trainer_ref[0] = Trainer(root, config=tiny_config(
+        eval_interval=1, checkpoint_interval=1, num_env_steps=4 * SPI, **kw))
+    return trainer_ref[0].train()
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_during_the_owed_evaluation_leaves_no_gap(tmp_path,
+                                                         monkeypatch):
+    """Before, the resumed run trained an iteration after the stopped
+    make-up evaluation and checkpointed past it: no later run owed it, and
+    eval.csv kept a gap at that step."""
+    root, ref = str(tmp_path), [None]
+    _scripted_evaluations(monkeypatch, ref, [1.0] * 20, stop_at=(2, 3))
+    with pytest.raises(TrainingInterrupted):  # stopped evaluating at 64
+        _train(root, ref)
+    assert ckpt_steps(root)[-1] == 2 * SPI
+    with pytest.raises(TrainingInterrupted):  # stopped making it up
+        _train(root, ref)
+    assert ckpt_steps(root)[-1] == 2 * SPI  # trained nothing after it
+    _train(root, ref)
+    steps = read_eval_csv(os.path.join(root, "eval.csv"))["env_steps"]
+    assert steps == [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
+
+
+@pytest.mark.timeout(120)
+def test_the_owed_evaluations_best_holds_the_weights_it_evaluated(
+        tmp_path, monkeypatch):
+    """Before, best.pt was written after the next iteration, with its
+    weights, under the owed evaluation's score and step."""
+    root, ref = str(tmp_path), [None]
+    # 64's evaluation is stopped; made up on resume, it is the best.
+    _scripted_evaluations(monkeypatch, ref, [1.0, None, 9.0, 2.0, 3.0],
+                          stop_at=(2, ))
+    with pytest.raises(TrainingInterrupted):
+        _train(root, ref)
+    _train(root, ref)
+    ckpt = Checkpointer(os.path.join(root, "ckpt"))
+    best = ckpt.best()
+    assert (best["env_steps"], best["value"]) == (2 * SPI, 9.0)
+    assert_same(ckpt.load(best["path"])["algorithm"],
+                ckpt.load(ckpt.saved()[2 * SPI])["algorithm"], "best.pt")
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_with_the_last_iteration_finishes_the_run(tmp_path,
+                                                        monkeypatch):
+    """Before: exit 143 and "run the same command to resume" for a run
+    that was finished."""
+    trainer = Trainer(str(tmp_path), config=tiny_config())
+    ends = []
+    real = Trainer._evaluate
+
+    def evaluate(self, due, final):
+        if final:
+            self.request_stop(15)  # arrives during the final iteration
+            ends.append(final)
+        return real(self, due, final)
+
+    monkeypatch.setattr(Trainer, "_evaluate", evaluate)
+    trainer.train()  # no TrainingInterrupted
+    assert ends == [True] and trainer.env_steps == 4 * SPI
+    assert ckpt_steps(str(tmp_path))[-1] == 4 * SPI
