@@ -86,8 +86,14 @@ class Reporter:
         # that failed before its first checkpoint).
         self._purge_step = env_steps_at_start + 1
         if self._is_chief:
-            with self._summaries("train"):
-                pass  # creating the writer writes the event file's start
+            # Creating a writer writes its event file's start, the purge
+            # mark: now for the evaluations' folders too that an earlier
+            # run wrote, or their discarded events stay if this run
+            # checkpoints past them before its first evaluation.
+            for name in ("train", *(k for k in EVALUATIONS if os.path.isdir(
+                    os.path.join(self._root_dir, k)))):
+                with self._summaries(name):
+                    pass
 
     def start_clock(self, iteration: int, env_steps: int) -> None:
         """Starts measuring throughput (collection has started)."""

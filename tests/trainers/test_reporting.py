@@ -168,3 +168,25 @@ def test_evaluation_time_is_left_out_of_the_throughput(tmp_path,
     with r.evaluation_time():
         clock[0] += 3.0
     assert r.steps_per_second(64) == pytest.approx(64.0)
+
+
+def test_a_resume_hides_the_discarded_evaluations_before_it_evaluates(
+        tmp_path):
+    """Before, only `train` was opened at the start: a resumed run that
+    checkpointed past a discarded evaluation before its own first one
+    left that evaluation in TensorBoard for good (eval.csv had set it
+    aside)."""
+    first = _reporter(tmp_path)
+    first.open(env_steps_at_start=0)
+    first.record_evaluation("eval", {"average_return": 10.9}, 1024)
+    first.close()
+    resumed = _reporter(tmp_path)
+    resumed.open(env_steps_at_start=768)  # the checkpoint before 1024
+    resumed.close()
+    later = _reporter(tmp_path)
+    later.open(env_steps_at_start=2048)  # checkpointed past 1024 since
+    later.record_evaluation("eval", {"average_return": 20.0}, 2560)
+    later.close()
+    assert _scalars(tmp_path / "eval")["eval/average_return"] == [
+        (2560, 20.0)]
+    assert not os.path.exists(tmp_path / "eval_held_out")  # none written
