@@ -1,5 +1,6 @@
 """What every ``alf.bin`` command does around its ``main``: absl's
 ``app.run``, with a ``--help`` that helps."""
+import signal
 import sys
 from typing import Callable, List
 
@@ -36,3 +37,28 @@ def run(main: Callable[[List[str]], None], module_name: str) -> None:
         return app.parse_flags_with_usage(argv)
 
     app.run(main, flags_parser=parse)
+
+
+# The stop signal `interrupt_on_stop_signals`' handler received (0: none).
+_stopped_by = 0
+
+
+def interrupt_on_stop_signals() -> None:
+    """Makes SIGTERM and SIGHUP interrupt this tool as Ctrl-C does (its
+    ``except KeyboardInterrupt`` stops what it started and says so);
+    `exit_code_for_interrupt` then gives the shell's code for the signal.
+    Without it a scheduler's SIGTERM ended the tool silently."""
+
+    def stop(signum, frame):
+        global _stopped_by
+        _stopped_by = _stopped_by or signum
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
+def exit_code_for_interrupt() -> int:
+    """128 + the signal that interrupted the tool (SIGINT's 130 for
+    Ctrl-C)."""
+    return 128 + int(_stopped_by or signal.SIGINT)

@@ -476,6 +476,7 @@ def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    cli.interrupt_on_stop_signals()
     try:
         if not FLAGS.root_dir or not FLAGS.gin_file:
             raise AlfError("--root_dir and --gin_file are required")
@@ -538,7 +539,7 @@ def main(argv: List[str]) -> int:
         plot(os.path.join(root, out + ".png"), grid, values, title, metric)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; rerun to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return cli.exit_code_for_interrupt()
     except (AlfError, OSError) as e:
         print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR

@@ -594,3 +594,28 @@ def test_root_dir_that_cannot_be_a_folder_is_one_line(tmp_path, where,
                           f"{tmp_path / where} {message}; choose a folder "
                           "you can write to\n")
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.timeout(200)
+def test_sigterm_stops_the_runs_and_says_so(tmp_path):
+    """Before, a scheduler's SIGTERM ended compare silently (exit -15)."""
+    import signal
+    import time
+
+    from cli_harness import Run, assert_no_process_left
+    cmd = [sys.executable, "-m", "alf.bin.compare", "--gin_file",
+           "ppo_cart_pole.gin", "--seeds", "1", "--root_dir",
+           str(tmp_path), "--num_processes", "2", "--gin_param",
+           "TrainerConfig.num_env_steps=10000000"]
+    run = Run(cmd, marker="2 runs", cwd=REPO)
+    run.wait_started()
+    log = tmp_path / "single" / "seed0.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and "iter " not in (
+            log.read_text() if log.exists() else ""):
+        time.sleep(0.2)
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish(timeout=120) == 143, run.out[-3000:]
+    assert "alf.bin.compare: interrupted; rerun to resume" in run.out
+    assert "SIGINT: stopped at" in log.read_text()  # the run checkpointed
+    assert_no_process_left(run.proc.pid)
