@@ -118,7 +118,8 @@ class Checkpointer:
         ``best-discarded-<time>.pt`` and ``.json`` if the best evaluation
         was after ``env_steps``: a run resumed at ``env_steps`` discards
         the training it came from (as it sets aside ``eval.csv``'s rows
-        after ``env_steps``), so its best starts afresh.
+        after ``env_steps``), so its best is chosen again
+        (`RunState`: the best of the evaluations it keeps).
 
         Returns:
             Where ``best.pt`` went, or None if nothing was moved.

@@ -225,7 +225,40 @@ class RunState:
             logging.warning(
                 "the best checkpoint came from training beyond %d env steps, "
                 "which this run discards; moved it to %s (and its record "
-                "beside it); the best starts afresh", env_steps, aside)
+                "beside it)", env_steps, aside)
+            self._best_of_kept_evaluations(env_steps)
+
+    def _best_of_kept_evaluations(self, env_steps: int) -> None:
+        """After the best was set aside: the best of the evaluations the
+        run keeps (at or before ``env_steps``) is the one to beat. Its
+        checkpoint becomes ``best.pt`` where one was kept at that step;
+        else the next evaluation that beats it writes ``best.pt``."""
+        from alf.trainers.evaluator import EVAL_CSV, read_eval_csv
+        name = self._best_metric
+        path = os.path.join(self.root_dir, EVAL_CSV)
+        if not name or not os.path.exists(path):
+            return
+        rows = read_eval_csv(path)
+        kept = [(value, steps) for steps, value in zip(
+            rows["env_steps"], rows.get(name, [])) if steps <= env_steps
+                and not math.isnan(value)]
+        if not kept:
+            return
+        value, steps = max(kept, key=lambda k: (k[0], -k[1]))  # earliest
+        checkpoint = self.checkpointer.saved().get(int(steps))
+        if checkpoint is not None:
+            self.checkpointer.save_best(
+                Checkpointer.load(checkpoint, CHECKPOINT_LAYOUT), int(steps),
+                name, value)
+            logging.warning("best.pt is now the checkpoint at %d env steps, "
+                            "the best evaluation kept (%s %g)", steps, name,
+                            value)
+        else:
+            self._best = value
+            logging.warning("the best evaluation kept (%s %g at %d env "
+                            "steps) has no checkpoint left: best.pt will be "
+                            "the first evaluation to beat it", name, value,
+                            steps)
 
     def keep_best(self, metrics: Dict[str, float],
                   state: Optional[dict] = None,

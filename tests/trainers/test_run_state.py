@@ -7,7 +7,7 @@ import gin
 import pytest
 import torch
 
-from alf.trainers.checkpointer import check_layout
+from alf.trainers.checkpointer import Checkpointer, check_layout
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.run_state import (CHECKPOINT_LAYOUT, RunState,
                                    check_best_metric)
@@ -269,6 +269,40 @@ def test_a_resume_sets_aside_a_best_from_the_discarded_training(
     assert _best_run_state(tmp_path, monkeypatch).restore().env_steps == 300
     assert len([n for n in os.listdir(ckpt) if n.startswith("best")]) == 4
     assert resumed.checkpointer.best() is None
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_after_the_best_is_set_aside_the_kept_evaluations_count(
+        tmp_path, monkeypatch, checkpointed):
+    """The best of the evaluations the resumed run keeps is the one to
+    beat: its checkpoint becomes best.pt where one is left, else the next
+    evaluation must beat it. Before, the best started from nothing, and a
+    worse policy became best.pt below a score eval.csv still held."""
+    from alf.trainers.evaluator import append_eval_csv
+    first = _run_state(tmp_path, best_metric="average_return")
+    for steps, value in ((100, 41.5), (200, 20.0), (400, 60.0)):
+        append_eval_csv(str(tmp_path), steps, {"average_return": value})
+    first.save(iteration=1, env_steps=100)
+    first.save(iteration=3, env_steps=300)
+    if not checkpointed:
+        os.remove(tmp_path / "ckpt" / "ckpt-100.pt")
+    first.keep_best({"average_return": 60.0})
+    first.save_best(4, 400)  # killed before the checkpoint at 500
+    resumed = _best_run_state(tmp_path, monkeypatch)
+    assert resumed.restore().env_steps == 300
+    best = resumed.checkpointer.best()
+    if checkpointed:
+        assert (best["env_steps"], best["value"]) == (100, 41.5)
+        state = Checkpointer.load(best["path"])
+        assert state["counters"]["env_steps"] == 100
+    else:
+        assert best is None
+    resumed.keep_best({"average_return": 30.0})  # below the kept 41.5
+    resumed.save_best(4, 400)
+    assert resumed.checkpointer.best() == best
+    resumed.keep_best({"average_return": 50.0})
+    resumed.save_best(5, 500)
+    assert resumed.checkpointer.best()["value"] == 50.0
 
 
 def test_a_resume_keeps_a_best_from_the_kept_training(tmp_path, monkeypatch):
