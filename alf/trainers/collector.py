@@ -228,6 +228,7 @@ class AsyncCollector:
         self._last_collect = None
         self._preemption: Optional[Preemption] = None
         self.last_steps, self.last_preempted = 0, False
+        self._started = False  # `start` sent the actors their policy
         # Actors' CPU seconds (all of it, and in the environments' step)
         # over ``actor_steps`` env steps, their wall seconds and those spent
         # waiting for a version, and the learner's seconds since its first
@@ -372,6 +373,7 @@ class AsyncCollector:
             self._send(conn, ("start", env_seed + col,
                               actor_torch_seed(torch_seed, i), version,
                               state))
+        self._started = True
 
     # ---- the learner's side -----------------------------------------------
     def collect(self) -> Dict[str, torch.Tensor]:
@@ -569,7 +571,10 @@ class AsyncCollector:
                 conn.send_bytes(stop)
             except OSError:
                 pass  # already gone
-        deadline = time.time() + 10
+        # Before `start` no actor holds anything to finish, and one still
+        # importing torch or building its simulator reads "stop" only once
+        # ready: a stop during the start-up waited 10 s for it.
+        deadline = time.time() + (10 if self._started else 1)
         for proc in self._procs:
             proc.join(timeout=max(deadline - time.time(), 0.1))
             if proc.is_alive():
