@@ -108,6 +108,22 @@ if UNEVEN_ID not in gym.registry:
     gym.register(UNEVEN_ID, entry_point=UnevenBusyStep)
 
 
+PACED_ID = "AlfPacedStep-v0"
+
+
+class PacedStep(ScriptedPace):
+    """`ScriptedPace` whose steps also sleep 10 ms: an unroll of 8 steps
+    takes an actor at least 80 ms, however fast its machine."""
+
+    def step(self, action):
+        time.sleep(10e-3)
+        return super().step(action)
+
+
+if PACED_ID not in gym.registry:
+    gym.register(PACED_ID, entry_point=PacedStep)
+
+
 def _config(**kw):
     # Actors at the tests' own priority: below it (the default), the paces
     # these tests set up depend on what else loads the machine (CI runs
@@ -351,7 +367,11 @@ def test_a_cut_ends_each_environment_at_its_own_step_losing_nothing(
     step, no earlier than min_steps; unroll 2 is whole. The real steps of
     every column, unroll after unroll, are still its exact trajectory."""
     store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
-    cfg = _config(unroll_length=8, max_policy_lag=1)
+    # Steps of 10 ms or more: the cut, sent as unroll 0 begins, reaches the
+    # actors long before they can step 8 times (with the scripted steps of
+    # 0-1.5 ms alone, a learner held up 40 ms by the machine's load cut
+    # no actor's unroll 0).
+    cfg = _config(env_name=PACED_ID, unroll_length=8, max_policy_lag=1)
     collector = AsyncCollector(cfg)
     obs_space, action_space, names = collector.describe()
     alg = PPOAlgorithm(obs_space, action_space, cfg)
@@ -406,17 +426,21 @@ def test_lag_zero_waits_for_every_version():
             collector.collect()
             exp = _take(alg)
             assert (exp.policy_version == u).all(), exp.policy_version
-            time.sleep(0.3)  # room for an actor that would run ahead
+            time.sleep(0.5)  # room for an actor that would run ahead
             assert collector._queue.empty()
             collector.publish(u + 1)
         report = collector.actor_report()
     finally:
         collector.close()
     # The actors' time went into waiting for versions (unrolls 1 and 2
-    # waited out the learner's 0.3 s each); the learner waited only while
-    # an unroll was stepped (0.4 of its time with the cores busy: no fixed
-    # bound), less than the actors did.
-    assert report.actor_wait > 0.8, report
+    # waited out the learner's 0.5 s each: at least 1 s); the learner
+    # waited only while an unroll was stepped (0.4 of its time with the
+    # cores busy: no fixed bound), less than the actors did. Their 18 steps
+    # and first inference took 0.04-0.17 s of each actor's time on a 2-core
+    # machine loaded 6-10 deep (0.86-0.94): above 0.6 unless they take
+    # 0.65 s; actors that do not wait, or a report that counts half their
+    # waiting, read under it.
+    assert report.actor_wait > 0.6, report
     assert report.learner_wait < report.actor_wait, report
 
 

@@ -158,18 +158,19 @@ def test_sync_collector_ends_the_unroll_when_preempted(tmp_path):
 
 
 class _Timed(BatchedEnvironment):
-    """A batched environment whose step takes ``seconds``."""
+    """A batched environment whose step takes ``seconds`` (passed to
+    ``sleep``: a `_Clock`'s to take them on a fake clock)."""
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, sleep=time.sleep):
         super().__init__(1, gym.spaces.Box(-1, 1, (1, )),
                          gym.spaces.Discrete(2))
-        self.seconds, self.steps = seconds, 0
+        self.seconds, self.steps, self._sleep = seconds, 0, sleep
 
     def reset(self, seed=None):
         return "reset"
 
     def step(self, action):
-        time.sleep(self.seconds)
+        self._sleep(self.seconds)
         self.steps += 1
         return action
 
@@ -177,27 +178,72 @@ class _Timed(BatchedEnvironment):
         pass
 
 
-def _seconds_per_step(env, n=60, between=0.0):
+def _seconds_per_step(env, n=60, between=0.0, clock=time):
     env.reset()
-    start = time.perf_counter()
+    start = clock.perf_counter()
     for _ in range(n):
         env.step(None)
-        time.sleep(between)  # the policy's inference
-    return (time.perf_counter() - start) / n
+        clock.sleep(between)  # the policy's inference
+    return (clock.perf_counter() - start) / n
 
 
-def test_the_straggler_wrapper_slows_collection_by_its_factor():
-    plain = _seconds_per_step(_Timed(0.002), between=0.001)
-    slowed = _seconds_per_step(
+class _Clock:
+    """A fake clock for `straggler` (its ``time``): the straggler's sleeps
+    are recorded and move it by what they ask plus ``overshoot`` (as a real
+    sleep's); `advance` moves it as the environment and the policy take
+    their time. The wrapper's arithmetic, free of the machine's load."""
+
+    def __init__(self, overshoot=1e-4):
+        self.now, self.overshoot, self.sleeps = 0.0, overshoot, []
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds + self.overshoot
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class _Paced:
+    """`_seconds_per_step`'s clock on a `_Clock`: its pauses advance it
+    (they are not the straggler's sleeps)."""
+
+    def __init__(self, clock):
+        self.perf_counter, self.sleep = clock.perf_counter, clock.advance
+
+
+def test_the_straggler_wrapper_slows_collection_by_its_factor(monkeypatch):
+    clock = _Clock()
+    with monkeypatch.context() as patch:
+        patch.setattr(straggler, "time", clock)
+        paced = _Paced(clock)
+        plain = _seconds_per_step(_Timed(0.002, clock.advance),
+                                  between=0.001, clock=paced)
+        slowed = _seconds_per_step(straggler.SlowedEnvironment(
+            _Timed(0.002, clock.advance), 3.0), between=0.001, clock=paced)
+        # Each step sleeps twice its period (3 ms: step and inference) less
+        # the last sleep's overshoot; the first's period is its step alone.
+        assert clock.sleeps == pytest.approx([0.004] + [0.006 - 1e-4] * 59)
+        assert slowed / plain == pytest.approx(3.0, abs=0.02)
+        # A pause between steps (the learner training) is not stretched:
+        # the step after it sleeps for a typical period, not for the pause.
+        env = straggler.SlowedEnvironment(_Timed(0.001, clock.advance), 3.0)
+        _seconds_per_step(env, n=20, clock=paced)
+        clock.advance(0.1)
+        start = clock.now
+        env.step(None)
+        assert clock.now - start == pytest.approx(0.003, abs=3e-4)
+    # On the real clock: 60 steps of 2 ms plus 1 ms of inference, at least
+    # 3 ms a step unslowed (3.2 on a quiet machine). Slowed 3x, every step
+    # but the first sleeps twice the period it measured (at least those
+    # 3 ms, or a typical period in place of a longer one), less what the
+    # sleeps before overshot: never under 8.9 ms a step, and load only adds.
+    real = _seconds_per_step(
         straggler.SlowedEnvironment(_Timed(0.002), 3.0), between=0.001)
-    assert 2.6 < slowed / plain < 3.4, (plain, slowed)
-    # A pause between steps (the learner training) is not stretched.
-    env = straggler.SlowedEnvironment(_Timed(0.001), 3.0)
-    _seconds_per_step(env, n=20)
-    time.sleep(0.1)
-    start = time.perf_counter()
-    env.step(None)
-    assert time.perf_counter() - start < 0.02
+    assert real > 0.0085, real
     # The rest of the interface passes through.
     wrapped = _Timed(0)
     slowed = straggler.SlowedEnvironment(wrapped, 2.0)
@@ -253,10 +299,23 @@ def test_straggler_load_slows_only_the_named_ranks(monkeypatch):
 
 
 def test_the_straggler_delay_adds_fixed_seconds_per_step(monkeypatch):
-    plain = _seconds_per_step(_Timed(0.001), n=30)
+    fake = _Clock()
+    with monkeypatch.context() as patch:
+        patch.setattr(straggler, "time", fake)
+        paced = _Paced(fake)
+        plain = _seconds_per_step(_Timed(0.001, fake.advance), n=30,
+                                  clock=paced)
+        delayed = _seconds_per_step(straggler.SlowedEnvironment(
+            _Timed(0.001, fake.advance), 1.0, delay=0.01), n=30, clock=paced)
+    # 10 ms a step, less the last sleep's overshoot.
+    assert fake.sleeps == pytest.approx([0.01] + [0.01 - 1e-4] * 29)
+    assert delayed - plain == pytest.approx(0.01, rel=0.01)
+    # On the real clock: the straggler's sleeps add up to at least the
+    # 30 x 10 ms asked (each takes off what the last overshot), the steps'
+    # own 1 ms each: never under 11 ms a step, and load only adds to it.
     delayed = _seconds_per_step(
         straggler.SlowedEnvironment(_Timed(0.001), 1.0, delay=0.01), n=30)
-    assert 0.009 < delayed - plain < 0.013, (plain, delayed)
+    assert delayed > 0.0109, delayed
     monkeypatch.setenv(straggler.RANK_VARIABLE, "1")
     env = straggler.straggler_load("CartPole-v1", 1, ranks=(1, ), delay=0.01)
     assert isinstance(env, straggler.SlowedEnvironment)
