@@ -407,9 +407,8 @@ def test_variants_queue_together_and_each_acts_as_its_own():
     # Nine episodes of 15 steps per variant in all on two environments:
     # the queue ends after 25 steps when the last 10-step episode starts
     # at 15; which environment takes an episode when both come free at
-    # once is the threads' timing, and any such order ends by 45 / 2 + 10
-    # / 2 (28 was seen on a loaded machine). One variant after another, in
-    # rounds, takes 3 x (10 + 3) = 39.
+    # once is the threads' timing (28 was seen on a loaded machine). One
+    # variant after another, in rounds, takes 3 x (10 + 3) = 39.
     first, second = (_sub_envs(g)[0] for g in queued._envs)
     assert sorted(first.seeds + second.seeds) == [3] * 3 + [4] * 3 + [5] * 3
     assert max(first.steps, second.steps) <= 30
