@@ -414,6 +414,8 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
     finally:
         _stop_resource_tracker()
     if rnd.signal is not None:
+        if not rnd.aborted and all(c == EXIT_OK for c in codes):
+            return EXIT_OK  # the stop came as the ranks finished the run
         if rnd.aborted:
             ranks = ", ".join(str(r) for r in rnd.aborted)
             print(f"{prog}: {process.signal_name(rnd.signal)}: rank(s) "

@@ -137,3 +137,28 @@ def test_only_a_second_ctrl_c_cuts_the_stop_grace_short():
     start = time.time()
     assert not launch._wait_all([_EndsAt(5.0)], 5.0, [signal.SIGINT])
     assert time.time() - start < 1.0
+
+
+@pytest.mark.timeout(90)
+def test_ranks_that_finish_as_the_stop_comes_exit_0(tmp_path):
+    """The stop came with the run's last iteration: every rank finished
+    (exit 0). Before, the launcher exited 143 for a finished run."""
+    ready = tmp_path / "ready"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [REPO, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "finish_on_stop.py"),
+         str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env)
+    try:
+        deadline = time.time() + 60
+        while not ready.exists() and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert out.strip() == "exit 0", out + err
