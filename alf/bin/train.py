@@ -206,6 +206,7 @@ def main(argv: List[str]) -> int:
     # the start-up with one line, not a traceback or a silent death.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_starting)
+    signal.signal(signal.SIGINT, _interrupt_starting)
     try:
         code = _main()
     except (KeyboardInterrupt, _StartupStopped) as e:
@@ -227,8 +228,16 @@ def main(argv: List[str]) -> int:
                   file=sys.stderr, flush=True)
         code = process.exit_code_for(stopped or got)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
+        if process.stop_received():
+            # Exiting after a stop: a repeat (the terminal's Ctrl-C, a
+            # scheduler's SIGTERM) has nothing to add, and must not turn
+            # the exit into a traceback or another code.
+            for sig in process.STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+        else:
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     if (code != 0 and made and os.path.isdir(root) and not os.listdir(root)
             and os.environ.get("RANK", "0") == "0"):
         # A run refused after its folder was made (an unknown environment
@@ -253,6 +262,12 @@ def _stop_starting(signum, frame):
     if process.stop_received():
         return  # training stopped on an earlier signal: it is exiting
     raise _StartupStopped(signum)
+
+
+def _interrupt_starting(signum, frame):
+    if process.stop_received():
+        return  # as `_stop_starting`: the stop is under way
+    raise KeyboardInterrupt
 
 
 def _main() -> int:

@@ -235,8 +235,8 @@ class Checkpointer:
                 try:
                     torch.save(state, cast(IO[bytes], recorder))
                 except RuntimeError as e:
-                    # torch's writer turns the file's OSError into a
-                    # RuntimeError without errno: the recorder kept it.
+                    # torch's writer turns the file's OSError (or a
+                    # Ctrl-C) into a RuntimeError: the recorder kept it.
                     if recorder.error is None:
                         raise
                     raise recorder.error from e
@@ -329,17 +329,20 @@ WRITE_ADVICE: Dict[Optional[int], str] = {
 
 
 class _WriteRecorder:
-    """A file for `torch.save` that keeps the OSError of a failed write,
-    which torch re-raises as a RuntimeError without its errno."""
+    """A file for `torch.save` that keeps what interrupted a write (an
+    OSError, a KeyboardInterrupt), which torch re-raises as a RuntimeError
+    (without the OSError's errno)."""
 
     def __init__(self, f):
         self._f = f
-        self.error: Optional[OSError] = None
+        # A Ctrl-C during the write too: torch replaces it with its own
+        # RuntimeError when its zip writer closes the file.
+        self.error: Optional[BaseException] = None
 
     def write(self, data) -> int:
         try:
             return self._f.write(data)
-        except OSError as e:
+        except BaseException as e:
             self.error = e
             raise
 

@@ -328,3 +328,23 @@ def test_a_large_state_is_streamed_to_the_file_not_copied_in_memory(
     assert peak < 4 * 2**20, f"{peak} bytes held while writing 32 MB"
     assert torch.equal(Checkpointer.load(path)["state"]["storage"],
                        state["storage"])
+
+
+def test_a_ctrl_c_during_the_write_stays_a_ctrl_c(tmp_path, monkeypatch):
+    """Before, torch replaced it with "unexpected pos" (a RuntimeError)
+    when its zip writer closed the file: a stop read as a crash."""
+    import alf.trainers.checkpointer as module
+    from bin.full_disk import FullDisk
+
+    class Interrupted(FullDisk):
+        def write(self, data):
+            if len(bytes(data)) > self._room:
+                raise KeyboardInterrupt
+            return super().write(data)
+
+    monkeypatch.setattr(module, "open",
+                        lambda p, m: Interrupted(p, m, 100_000),
+                        raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        Checkpointer(str(tmp_path)).save({"x": torch.zeros(1_000_000)}, 1)
+    assert _names(tmp_path) == []  # the .tmp removed

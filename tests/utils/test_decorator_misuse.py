@@ -117,10 +117,10 @@ def _update_inside_once(rank):
     (_paramless, "@data_distributed on Paramless.__call__: Paramless has no "
      "trainable parameters for DDP to average; decorate a method of the "
      "module that holds them"),
-    (_update_inside, "Owner.update backpropagated inside its "
-     "data-distributed call"),
-    (_update_inside_once, "Owner.update backpropagated inside its "
-     "data-distributed call (gradients changed during the call)"),
+    (_update_inside, "Owner.update changed its module's gradients "
+     "inside its data-distributed call"),
+    (_update_inside_once, "Owner.update changed its module's gradients "
+     "inside its data-distributed call (a backward, or zero_grad, in it)"),
 ])
 def test_misuse_under_ddp_is_one_error_naming_the_method(fn, message):
     results = run_ranks(fn, timeout=60)

@@ -310,7 +310,11 @@ def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
     if _grad_versions(module) != grads:
         # Caught on this first call: DDP would only see it on a later one,
         # after an optimizer step on this rank's own gradients.
-        raise _backward_inside(name, "gradients changed during the call")
+        raise DistributedError(
+            f"{name} changed its module's gradients inside its "
+            "data-distributed call (a backward, or zero_grad, in it): "
+            "decorate the method that returns the loss, and call backward "
+            "(and zero_grad) outside it")
     # Tags of (method, call number) ride along, as in the gradient
     # all-reduce: two ranks in different first calls fail here instead of
     # pairing up their decisions.
