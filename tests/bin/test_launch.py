@@ -81,6 +81,13 @@ def _stop_while_a_rank_waits(tmp_path, torchrun: bool):
             "--nproc_per_node", "2", "--monitor-interval", "0.2", script,
             "--torchrun", str(ready)] if torchrun
            else [sys.executable, script, str(ready)])
+    out, err = _sigterm_when_ready(cmd, env, ready, settle=1.0)
+    return ready, out, err
+
+
+def _sigterm_when_ready(cmd, env, ready, settle: float):
+    """Runs ``cmd``, sends it SIGTERM ``settle`` s after ``ready`` appears;
+    returns its (stdout, stderr)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -89,14 +96,13 @@ def _stop_while_a_rank_waits(tmp_path, torchrun: bool):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.1)
         assert ready.exists(), "rank 0 never started"
-        time.sleep(1.0)  # rank 1 is in its barrier by now
+        time.sleep(settle)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        return proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    return ready, out, err
 
 
 @pytest.mark.timeout(90)
@@ -146,19 +152,7 @@ def test_ranks_that_finish_as_the_stop_comes_exit_0(tmp_path):
     ready = tmp_path / "ready"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [REPO, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    proc = subprocess.Popen(
+    out, err = _sigterm_when_ready(
         [sys.executable, os.path.join(HERE, "finish_on_stop.py"),
-         str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env)
-    try:
-        deadline = time.time() + 60
-        while not ready.exists() and time.time() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+         str(ready)], env, ready, settle=0.0)
     assert out.strip() == "exit 0", out + err
