@@ -30,7 +30,7 @@ import sys
 import time
 import traceback
 from multiprocessing.process import BaseProcess
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from alf.utils import process
 from alf.utils.errors import AlfError, one_line
@@ -84,6 +84,16 @@ def _stop_if_held() -> None:
         raise SystemExit(process.exit_code_for(signum))
 
 
+def _tell(report, message: tuple) -> None:
+    """Sends the launcher a report; nothing if it is gone (killed: the
+    rank is stopping on the parent-death signal, and must still clean up
+    for it)."""
+    try:
+        report.send(message)
+    except OSError:
+        pass
+
+
 def _said_stopped_early(rank: int, signum: int) -> None:
     """Rank 0 says that a stop came before training: no checkpoint."""
     if rank == 0:
@@ -128,7 +138,13 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
             setup[0](*setup[1])
         with distributed.process_group(rank, world_size, backend, init_file):
             _stop_if_held()
-            fn(*args)
+            try:
+                fn(*args)
+            except TrainingInterrupted:
+                # The stop's checkpoint is saved: a second Ctrl-C to the
+                # launcher need not abort this rank, which is exiting.
+                _tell(report, (time.time(), rank, "saved", ""))
+                raise
     except TrainingInterrupted as e:
         if rank == 0:
             logging.warning("%s", e)
@@ -138,8 +154,8 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         _said_stopped_early(rank, signal.SIGINT)
     except AlfError as e:
         # A process that died (retryable) is a failure, not the input's.
-        report.send((time.time(), rank,
-                     "failure" if e.retryable else "error", one_line(e)))
+        _tell(report, (time.time(), rank,
+                       "failure" if e.retryable else "error", one_line(e)))
         code = EXIT_ERROR
     except SystemExit as e:  # a signal before training, or the launcher's
         code = e.code if isinstance(e.code, int) else EXIT_ERROR
@@ -151,7 +167,7 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
         kind = "secondary" if secondary else "crash"
         text = (distributed.peer_failure_reason(e) if secondary else
                 traceback.format_exc())
-        report.send((time.time(), rank, kind, text))
+        _tell(report, (time.time(), rank, kind, text))
         code = EXIT_ERROR
     # A stop signal still on its way (the terminal's and the launcher's)
     # must not break off the clean-up; one landing while the handlers are
@@ -190,8 +206,10 @@ def _wait_all(procs, seconds: float,
     return not any(p.is_alive() for p in procs)
 
 
-def _stop(procs, grace: float, got: Optional[List[int]] = None) -> List[int]:
-    """Waits ``grace`` s (or until ``got`` receives a Ctrl-C), then aborts,
+def _stop(procs, grace: float, got: Optional[List[int]] = None,
+          saved: Callable[[], Set[int]] = set) -> List[int]:
+    """Waits ``grace`` s (or until ``got`` receives a Ctrl-C), then aborts
+    the ranks that have not said they ``saved`` the stop's checkpoint,
     then kills whatever is still alive; returns the ranks it aborted.
 
     Only a Ctrl-C means "now": a repeated SIGTERM or SIGHUP is what a
@@ -200,8 +218,10 @@ def _stop(procs, grace: float, got: Optional[List[int]] = None) -> List[int]:
     """
     if _wait_all(procs, grace, got):
         return []
-    aborted = [r for r, p in enumerate(procs) if p.is_alive()]
-    _signal_all(procs, process.ABORT_SIGNAL)
+    done = saved()
+    aborted = [r for r, p in enumerate(procs)
+               if p.is_alive() and r not in done]
+    _signal_all([procs[r] for r in aborted], process.ABORT_SIGNAL)
     if not _wait_all(procs, 3.0):
         _signal_all(procs, signal.SIGKILL)
         _wait_all(procs, 3.0)
@@ -223,8 +243,9 @@ def _stop_resource_tracker() -> None:
 class _Round:
     """One start of all ranks: what happened to them, and why it ended."""
 
-    def __init__(self, procs: Sequence[BaseProcess]):
+    def __init__(self, procs: Sequence[BaseProcess], readers: Sequence = ()):
         self.procs = procs
+        self._readers = readers  # the ranks' report pipes
         self.signal: Optional[int] = None  # a stop signal the launcher got
         # Ranks that ended on their own with a failure: rank -> (t, code).
         self.deaths: Dict[int, Tuple[float, int]] = {}
@@ -236,6 +257,21 @@ class _Round:
         # Ranks aborted during a stop, and why ("" when none was).
         self.aborted: List[int] = []
         self.aborted_why = ""
+
+    def read_reports(self) -> None:
+        """Moves the reports the ranks have sent so far into
+        ``messages``."""
+        for reader in self._readers:
+            while not reader.closed and reader.poll():
+                try:
+                    self.messages.append(reader.recv())
+                except EOFError:
+                    break
+
+    def saved(self) -> Set[int]:
+        """The ranks that said they saved the stop's checkpoint."""
+        self.read_reports()
+        return {m[1] for m in self.messages if m[2] == "saved"}
 
     def watch(self) -> None:
         """Records ranks that end on their own with a failure."""
@@ -255,7 +291,7 @@ class _Round:
     def cause(self, timeout_hint: str) -> Optional[Tuple[str, bool]]:
         """(one report of the failure, whether restarting may help), or
         None when no rank failed."""
-        reported = {m[1] for m in self.messages}
+        reported = {m[1] for m in self.messages if m[2] != "saved"}
         primary = [(t, r, k, text) for t, r, k, text in self.messages
                    if k in ("error", "failure", "crash")]
         for rank, (t, code) in self.deaths.items():
@@ -305,11 +341,15 @@ def _run_round(fn, args, setup, num_processes, backend, stop_grace,
                               tuple(args), setup, pipes[r][1]))
             for r in range(num_processes)
         ]
-        rnd = _Round(procs)
+        rnd = _Round(procs, [reader for reader, _ in pipes])
         got = []
 
         def on_signal(signum, frame):
             got.append(signum)
+            if signum in process.STOP_SIGNALS:
+                # What handles signals once this round is over (the CLI's)
+                # then ignores a repeat of the stop under way.
+                process.note_stop(signum)
 
         handled = process.STOP_SIGNALS + (process.CHECKPOINT_SIGNAL, )
         previous = {s: signal.signal(s, on_signal) for s in handled}
@@ -324,12 +364,8 @@ def _run_round(fn, args, setup, num_processes, backend, stop_grace,
             _signal_all(procs, signal.SIGKILL)  # only if supervising failed
             for s, h in previous.items():
                 signal.signal(s, h)
+    rnd.read_reports()
     for reader, _ in pipes:
-        while reader.poll():
-            try:
-                rnd.messages.append(reader.recv())
-            except EOFError:
-                break
         reader.close()
     return rnd
 
@@ -347,7 +383,7 @@ def _supervise(rnd: _Round, got: List[int], stop_grace: float,
                 rnd.signal = sig
                 # Ranks ignore repeats of a stop they already have.
                 _signal_all(procs, sig)
-                rnd.aborted = _stop(procs, stop_grace, got)
+                rnd.aborted = _stop(procs, stop_grace, got, rnd.saved)
                 if rnd.aborted:
                     rnd.aborted_why = (
                         "a second SIGINT" if signal.SIGINT in got

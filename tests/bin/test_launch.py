@@ -145,6 +145,31 @@ def test_only_a_second_ctrl_c_cuts_the_stop_grace_short():
     assert time.time() - start < 1.0
 
 
+class _Aborted(_EndsAt):
+    """An `_EndsAt` that records the signals sent to it."""
+    pid = None
+
+    def __init__(self, seconds: float):
+        super().__init__(seconds)
+        self.got = []
+
+
+def test_a_second_ctrl_c_spares_the_ranks_that_saved(monkeypatch):
+    """A second Ctrl-C aborts only the ranks that have not said they saved
+    the stop's checkpoint; those that did are exiting. Before, every live
+    rank was aborted, and said not to have finished its iteration."""
+    procs = [_Aborted(0.5), _Aborted(30)]
+    monkeypatch.setattr(launch, "_signal_all", lambda ps, sig: [
+        p.got.append(sig) for p in ps if p.is_alive()])
+    aborted = launch._stop(procs, 60.0, [signal.SIGINT], lambda: {0})
+    assert aborted == [1]
+    assert procs[0].got == [] and procs[1].got[0] == \
+        launch.process.ABORT_SIGNAL
+    procs = [_Aborted(0.5), _Aborted(0.5)]
+    assert launch._stop(procs, 60.0, [signal.SIGINT], lambda: {0, 1}) == []
+    assert all(p.got == [] for p in procs)  # they ended within 3 s
+
+
 @pytest.mark.timeout(90)
 def test_ranks_that_finish_as_the_stop_comes_exit_0(tmp_path):
     """The stop came with the run's last iteration: every rank finished
