@@ -51,15 +51,6 @@ def _on_stop_signal(signum, frame):
     raise SystemExit(process.exit_code_for(signum))
 
 
-def _on_interrupt(signum, frame):
-    # Ctrl-C reaches a rank twice (from the terminal and forwarded by the
-    # launcher): once training stopped on the first, the second may land
-    # after it restored this handler, and it is not a stop before training.
-    if process.stop_received():
-        return
-    raise KeyboardInterrupt
-
-
 # Stop signals a rank got before its group formed (`_rank_main`).
 _held: List[int] = []
 
@@ -79,7 +70,7 @@ def _stop_if_held() -> None:
     signum = int(all_reduce_max(torch.tensor([held]))[0])
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_stop_signal)
-    signal.signal(signal.SIGINT, _on_interrupt)
+    signal.signal(signal.SIGINT, process.interrupt_unless_stopping)
     if signum:
         raise SystemExit(process.exit_code_for(signum))
 

@@ -98,7 +98,6 @@ def _train_under_torchrun(root_dir: str) -> int:
     import torch
 
     from alf.trainers import TrainingInterrupted
-    from alf.trainers.stop_requests import received_stop
     from alf.utils import distributed
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -120,7 +119,7 @@ def _train_under_torchrun(root_dir: str) -> int:
             except Exception as e:  # noqa: BLE001 - torchrun has the code
                 if not distributed.is_peer_failure(e):
                     raise
-                stopped = received_stop()
+                stopped = process.stop_received()
                 if stopped:
                     # The stop's consequence, not a failure: a peer still
                     # starting up (no handlers yet) ended on the signal at
@@ -206,7 +205,7 @@ def main(argv: List[str]) -> int:
     # the start-up with one line, not a traceback or a silent death.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_starting)
-    signal.signal(signal.SIGINT, _interrupt_starting)
+    signal.signal(signal.SIGINT, process.interrupt_unless_stopping)
     try:
         code = _main()
     except (KeyboardInterrupt, _StartupStopped) as e:
@@ -262,12 +261,6 @@ def _stop_starting(signum, frame):
     if process.stop_received():
         return  # training stopped on an earlier signal: it is exiting
     raise _StartupStopped(signum)
-
-
-def _interrupt_starting(signum, frame):
-    if process.stop_received():
-        return  # as `_stop_starting`: the stop is under way
-    raise KeyboardInterrupt
 
 
 def _main() -> int:

@@ -94,24 +94,11 @@ class Checkpointer:
         """(`best`'s record, None), or (None, what is wrong with it) where
         ``best.pt`` exists but its record cannot be read (a crash or an
         edit can leave it so); (None, None) without a ``best.pt``."""
-        path, info = (os.path.join(self.ckpt_dir, name)
-                      for name in (BEST, BEST_INFO))
+        path = os.path.join(self.ckpt_dir, BEST)
         if not os.path.exists(path):
             return None, None
-        try:
-            with open(info, "r") as f:
-                text = f.read()
-        except FileNotFoundError:
-            return None, f"{info} (best.pt's record) is missing"
-        except OSError as e:
-            return None, f"{info} is unreadable ({e.strerror or e})"
-        try:
-            record = json.loads(text)
-            record = dict(record, env_steps=int(record["env_steps"]))
-        except (ValueError, TypeError, KeyError):
-            # Not JSON, or JSON without alf's env_steps.
-            return None, f"{info} is unreadable (not alf's best.json)"
-        return dict(record, path=path), None
+        record, problem = self._best_info()
+        return (None if record is None else dict(record, path=path)), problem
 
     def set_aside_best(self, env_steps: int) -> Optional[str]:
         """Moves ``best.pt`` and ``best.json`` to
@@ -124,12 +111,9 @@ class Checkpointer:
         Returns:
             Where ``best.pt`` went, or None if nothing was moved.
         """
-        info = self._best_info()
-        try:
-            if info is None or not info["env_steps"] > env_steps:
-                return None
-        except (KeyError, TypeError):  # not alf's record: leave it be
-            return None
+        info, _ = self._best_info()
+        if info is None or not info["env_steps"] > env_steps:
+            return None  # none, or not alf's record: leave it be
         stem = aside_name(self.ckpt_dir, "best-discarded", (".pt", ".json"))
         # best.pt first: a crash in between leaves best.json without its
         # checkpoint, which `best` ignores; the other way round a new best
@@ -214,15 +198,23 @@ class Checkpointer:
             gone.append(os.path.basename(path))
         return gone
 
-    def _best_info(self) -> Optional[Dict[str, Any]]:
-        """``best.json``'s record as written, or None without a readable
-        one."""
+    def _best_info(self) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+        """(``best.json``'s record, its ``env_steps`` an int, None), or
+        (None, what is wrong with it)."""
+        info = os.path.join(self.ckpt_dir, BEST_INFO)
         try:
-            with open(os.path.join(self.ckpt_dir, BEST_INFO), "r") as f:
-                info = json.load(f)
-        except (OSError, ValueError):
-            return None
-        return info if isinstance(info, dict) else None
+            with open(info, "r") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None, f"{info} (best.pt's record) is missing"
+        except OSError as e:
+            return None, f"{info} is unreadable ({e.strerror or e})"
+        try:
+            record = json.loads(text)
+            return dict(record, env_steps=int(record["env_steps"])), None
+        except (ValueError, TypeError, KeyError):
+            # Not JSON, or JSON without alf's env_steps.
+            return None, f"{info} is unreadable (not alf's best.json)"
 
     def _write(self, state: Dict[str, Any], path: str) -> None:
         tmp = path + ".tmp"

@@ -9,14 +9,6 @@ from absl import logging
 from alf.utils import distributed, process
 
 
-def received_stop() -> int:
-    """The first stop signal that `install_handlers`' handlers received in
-    this process, or 0. Kept apart from any `StopRequests`: a rank that
-    loses its peers during a stop reads it after the trainer that held the
-    requests is gone."""
-    return process.stop_received()
-
-
 class StopRequests:
     """What the signals asked of training: stop (Ctrl-C, SIGTERM, SIGHUP)
     or take a checkpoint (SIGUSR1), after the current iteration.

@@ -66,6 +66,16 @@ def stop_received() -> int:
     return _stop_received
 
 
+def interrupt_unless_stopping(signum, frame) -> None:
+    """A SIGINT handler for before and after training (the CLI's, a
+    launcher rank's): Ctrl-C's KeyboardInterrupt, unless training already
+    stopped on a signal (`stop_received`): then it is a repeat (the
+    terminal's beside the launcher's forward) and the run is exiting."""
+    if stop_received():
+        return
+    raise KeyboardInterrupt
+
+
 def stopped_before_training(signum: int) -> str:
     """What a run stopped by ``signum`` before training says."""
     return (f"{signal_name(signum)} before training started; nothing new "

@@ -71,10 +71,9 @@ def test_under_a_launcher_repeated_signals_are_ignored():
 
 @pytest.mark.parametrize("module, handler, sig, raised", [
     ("alf.bin.train", "_stop_starting", signal.SIGTERM, "_StartupStopped"),
-    ("alf.bin.train", "_interrupt_starting", signal.SIGINT,
-     "KeyboardInterrupt"),
     ("alf.bin.launch", "_on_stop_signal", signal.SIGTERM, "SystemExit"),
-    ("alf.bin.launch", "_on_interrupt", signal.SIGINT, "KeyboardInterrupt")])
+    ("alf.utils.process", "interrupt_unless_stopping", signal.SIGINT,
+     "KeyboardInterrupt")])
 def test_a_repeat_after_a_stop_is_not_a_stop_before_training(
         module, handler, sig, raised):
     """What stands before and after training (the CLI's handler, a launcher
