@@ -91,6 +91,14 @@ def run_ranks(fn: Callable, *args, world_size: int = 2,
     return [results[r] for r in range(world_size)]
 
 
+def errors(results: List[RankResult], kind: str) -> List[str]:
+    """The ranks' error messages, failing unless every rank raised an
+    error of type ``kind`` (its class name)."""
+    for r in results:
+        assert not r.ok and r.value[0] == kind, r.value
+    return [r.value[1] for r in results]
+
+
 def values(results: List[RankResult]) -> List[Any]:
     """The return values, failing with the ranks' tracebacks on any error."""
     errors = [f"rank {r.rank}: {r.value[2]}" for r in results if not r.ok]

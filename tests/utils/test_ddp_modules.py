@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from alf.utils.distributed import activate_ddp, data_distributed
-from distributed_harness import run_ranks, values
+from distributed_harness import errors, run_ranks, values
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,12 +89,11 @@ def _overlap(rank):
 def test_two_ddp_modules_over_shared_parameters_are_refused():
     """Before, the second failed at its next backward with DDP's "please
     report a bug" errors."""
-    for r in run_ranks(_overlap, timeout=60):
-        assert not r.ok and r.value[0] == "DistributedError", r.value
-        assert r.value[1].startswith(
+    for said in errors(run_ranks(_overlap, timeout=60), "DistributedError"):
+        assert said.startswith(
             "Critic.value_loss (on critics.0) and ActorCritic.actor_loss (on "
             "ActorCritic) are data-distributed over 1 shared parameters, "
-            "which DDP cannot average twice"), r.value[1]
+            "which DDP cannot average twice"), said
 
 
 def _sibling(rank):
@@ -107,12 +106,11 @@ def _sibling(rank):
 
 
 def test_a_nested_call_whose_parameters_the_outer_call_lacks_is_refused():
-    for r in run_ranks(_sibling, timeout=60):
-        assert not r.ok and r.value[0] == "DistributedError", r.value
-        assert r.value[1].startswith(
+    for said in errors(run_ranks(_sibling, timeout=60), "DistributedError"):
+        assert said.startswith(
             "Critic.value_loss (on b) is called inside Sibling.loss's "
             "data-distributed call, whose module (Sibling) does not hold "
-            "its parameters"), r.value[1]
+            "its parameters"), said
 
 
 def _critics_in_order(rank, swap):

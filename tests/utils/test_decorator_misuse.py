@@ -7,7 +7,7 @@ from torch import nn
 
 from alf.utils.distributed import (activate_ddp, data_distributed,
                                    data_distributed_when)
-from distributed_harness import run_ranks
+from distributed_harness import errors, run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,10 +123,8 @@ def _update_inside_once(rank):
      "inside its data-distributed call (a backward, or zero_grad, in it)"),
 ])
 def test_misuse_under_ddp_is_one_error_naming_the_method(fn, message):
-    results = run_ranks(fn, timeout=60)
-    for r in results:
-        assert not r.ok and r.value[0] == "DistributedError", r.value
-        assert r.value[1].startswith(message), r.value[1]
+    for said in errors(run_ranks(fn, timeout=60), "DistributedError"):
+        assert said.startswith(message), said
 
 
 def test_single_process_misuse_still_runs():

@@ -19,7 +19,7 @@ from alf.utils import distributed
 from alf.utils.distributed import (activate_ddp, check_weights_equal,
                                    data_distributed, data_distributed_when)
 from alf.utils.errors import ConfigError
-from distributed_harness import run_ranks, values
+from distributed_harness import errors, run_ranks, values
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -153,12 +153,11 @@ def _drift_by_name(rank, what):
 @pytest.mark.parametrize("what", ["lin.weight", "stat"])
 def test_weight_drift_is_detected(what):
     """A parameter or a buffer that drifts on one rank is named."""
-    for r in run_ranks(_drift_by_name, what):
-        assert not r.ok and r.value[0] == "DistributedError", r.value
-        assert what in r.value[1]
+    for said in errors(run_ranks(_drift_by_name, what), "DistributedError"):
+        assert what in said
         # What to look at: an update outside DDP, or per-rank state.
         assert ("own gradients" if what == "lin.weight" else
-                "exclude_from_ddp") in r.value[1]
+                "exclude_from_ddp") in said
 
 
 # ---- unused parameters ----------------------------------------------------
@@ -338,12 +337,12 @@ def test_auto_two_methods_backpropagated_together():
 
 
 def test_auto_methods_backpropagated_together_leaving_some_unused():
-    for r in run_ranks(_actor_critic, 2, True, True):
-        assert not r.ok and r.value[0] == "DistributedError", r.value
-        assert r.value[1].startswith(
+    for said in errors(run_ranks(_actor_critic, 2, True, True),
+                       "DistributedError"):
+        assert said.startswith(
             "ActorCritic.actor_loss and ActorCritic.critic_loss are "
             "backpropagated together and leave spare.weight, spare.bias "
-            "without gradient, which DDP cannot reduce"), r.value[1]
+            "without gradient, which DDP cannot reduce"), said
 
 
 def _rank_dependent_use(rank):
