@@ -40,6 +40,9 @@ class Resumed(NamedTuple):
     #: Why this rank's own state (`RLAlgorithm.local_state`) was not
     #: restored; "" if it was, or if there was none to restore.
     local_note: str = ""
+    #: Whether an evaluation was due at the checkpoint's step (None: a
+    #: checkpoint from before alf recorded it).
+    evaluation_due: Optional[bool] = None
 
 
 class RunState:
@@ -85,9 +88,15 @@ class RunState:
         self._best: Optional[float] = None
         self._best_pending: Optional[Tuple[str, float, Optional[dict],
                                            Optional[int]]] = None
+        # The iteration whose checkpoint holds the current state, and its
+        # path; whether rank 0's acting weights changed since (`changed`).
+        self._saved: Optional[Tuple[int, Optional[str]]] = None
+        self._changed = False
 
-    def state(self, iteration: int, env_steps: int) -> dict:
-        """What a checkpoint holds (see `CHECKPOINT_LAYOUT`)."""
+    def state(self, iteration: int, env_steps: int,
+              evaluation_due: bool = False) -> dict:
+        """What a checkpoint holds (see `CHECKPOINT_LAYOUT`; and
+        ``evaluation_due``, which earlier checkpoints lack)."""
         return {
             "format": 1,
             "algorithm": self._algorithm.state_dict(),
@@ -96,20 +105,45 @@ class RunState:
                          "env_steps": env_steps,
                          "episodes": self._episodes.total_episodes},
             "rng": {"torch": torch.get_rng_state()},
+            "evaluation_due": evaluation_due,
         }
 
-    def save(self, iteration: int, env_steps: int) -> Optional[str]:
-        """Writes a regular checkpoint on rank 0; returns its path (None on
-        other ranks)."""
-        local = self._algorithm.local_state()
-        if local:
-            self.checkpointer.save_local(local, env_steps,
-                                         distributed.get_rank(),
-                                         distributed.get_world_size())
-        if not self._is_chief:
-            return None
-        return self.checkpointer.save(self.state(iteration, env_steps),
-                                      env_steps)
+    def save(self, iteration: int, env_steps: int,
+             evaluation_due: bool = False) -> Optional[str]:
+        """Writes a regular checkpoint on rank 0, and each rank's own state
+        beside it; returns its path (None on other ranks).
+
+        A checkpoint this iteration has already (restored, or saved before
+        its evaluation) is not written again, unless the acting weights
+        changed since (`changed`): then rank 0 rewrites its file.
+
+        Args:
+            iteration: the iteration done.
+            env_steps: the env steps trained on.
+            evaluation_due: whether an evaluation is due at this step (a
+                resumed run whose ``eval.csv`` lacks it evaluates it first).
+        """
+        if self._saved is not None and self._saved[0] == iteration:
+            if not (self._changed and self._is_chief):
+                return self._saved[1]
+        else:
+            local = self._algorithm.local_state()
+            if local:
+                self.checkpointer.save_local(local, env_steps,
+                                             distributed.get_rank(),
+                                             distributed.get_world_size())
+        path = None
+        if self._is_chief:
+            path = self.checkpointer.save(
+                self.state(iteration, env_steps, evaluation_due), env_steps)
+        self._saved, self._changed = (iteration, path), False
+        return path
+
+    def changed(self) -> None:
+        """Notes that the acting weights changed within the iteration (an
+        evaluation adopted a calibrated offset), so that `save` writes the
+        iteration's checkpoint again."""
+        self._changed = True
 
     def _restore_local(self, env_steps: int) -> str:
         """Every rank restores its own state saved with the checkpoint at
@@ -204,8 +238,11 @@ class RunState:
                 f"({_first_detail(e)}); {RESUME_ADVICE}") from e
         self._episodes.total_episodes = counters["episodes"]
         local_note = self._restore_local(counters["env_steps"])
+        due = state.get("evaluation_due")
         resumed = Resumed(path, counters["iteration"], counters["env_steps"],
-                          state["rng"]["torch"], local_note)
+                          state["rng"]["torch"], local_note,
+                          due if isinstance(due, bool) else None)
+        self._saved = (resumed.iteration, path if self._is_chief else None)
         if self._is_chief:
             logging.info("resumed from %s (iteration %d, %d env steps)", path,
                          resumed.iteration, resumed.env_steps)

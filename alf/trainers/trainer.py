@@ -91,6 +91,8 @@ class Trainer:
         # off) and the torch RNG state of the checkpoint resumed from.
         self._preemption: Optional[Preemption] = None
         self._rng_state: Optional[torch.Tensor] = None
+        # Whether an evaluation is due at this iteration's step.
+        self._evaluation_due = False
         self._stop_requests = StopRequests()
         torch.set_num_threads(self.config.torch_num_threads)
 
@@ -202,6 +204,10 @@ class Trainer:
             self.iteration = resumed.iteration
             self.env_steps = self.env_steps_at_start = resumed.env_steps
             self._rng_state = resumed.rng
+            interval = self.config.eval_interval
+            self._evaluation_due = (
+                resumed.evaluation_due if resumed.evaluation_due is not None
+                else bool(interval) and self.iteration % interval == 0)
             assert self.algorithm is not None  # built by `_build`
             self.algorithm.on_resume(resumed.env_steps, resumed.local_note)
         # Evaluations after the checkpoint (all of them without one: a run
@@ -220,7 +226,12 @@ class Trainer:
                 and self._reporter is not None)
         distributed.activate_ddp(self.algorithm)
         if self.env_steps >= cfg.num_env_steps:
-            if self.is_chief:
+            if self._owes_evaluation():
+                logging.info("the run in %s finished (%d of %d env steps) "
+                             "without its final evaluation (stopped or "
+                             "killed); evaluating it", self.root_dir,
+                             self.env_steps, cfg.num_env_steps)
+            elif self.is_chief:
                 logging.info("the run in %s already finished (%d of %d env "
                              "steps); nothing to do", self.root_dir,
                              self.env_steps, cfg.num_env_steps)
@@ -249,8 +260,7 @@ class Trainer:
 
     # ---- the loop ---------------------------------------------------------
     def _train(self) -> Dict[str, float]:
-        if not self._start():
-            return {}
+        finished = not self._start()
         # All built by `_build`.
         assert (self.algorithm is not None and self._collector is not None
                 and self._counts is not None and self._run_state is not None
@@ -258,6 +268,8 @@ class Trainer:
         cfg = self.config
         last_eval: Dict[str, float] = {}
         try:
+            if finished:
+                return self._evaluate_finished_run()
             last_eval = self._make_up_evaluation()
             while self.env_steps < cfg.num_env_steps:
                 iteration_start = time.perf_counter()
@@ -294,14 +306,23 @@ class Trainer:
                 final = self.env_steps >= cfg.num_env_steps
                 if self.iteration % cfg.summary_interval == 0 or final:
                     self._reporter.summarize(self.env_steps, stats)
-                due = final or bool(cfg.eval_interval and self.iteration %
-                                    cfg.eval_interval == 0)
-                last_eval = self._evaluate(due, final) or last_eval
+                self._evaluation_due = final or bool(
+                    cfg.eval_interval and
+                    self.iteration % cfg.eval_interval == 0)
                 if (cfg.sync_check_interval and
                         self.iteration % cfg.sync_check_interval == 0):
                     distributed.check_weights_equal(self.algorithm)
-                if self.iteration % cfg.checkpoint_interval == 0 or final:
-                    self._run_state.save(self.iteration, self.env_steps)
+                checkpoint_due = (
+                    self.iteration % cfg.checkpoint_interval == 0 or final)
+                # Before the evaluation (a calibrating one lasts minutes): a
+                # rank killed during it keeps the iteration, and the run
+                # resumed from it evaluates that step first.
+                if checkpoint_due:
+                    self._save()
+                last_eval = self._evaluate(self._evaluation_due,
+                                           final) or last_eval
+                if checkpoint_due:
+                    self._save()  # again if the evaluation calibrated
                 self._run_state.save_best(self.iteration, self.env_steps)
                 self._reporter.log_progress(self.iteration, self.env_steps,
                                             final)
@@ -309,8 +330,7 @@ class Trainer:
                 if stop:
                     raise KeyboardInterrupt
                 if checkpoint and not final:
-                    path = self._run_state.save(self.iteration,
-                                                self.env_steps)
+                    path = self._save()
                     if self.is_chief:
                         logging.warning(
                             "%s: checkpoint %s saved; training goes on",
@@ -319,9 +339,10 @@ class Trainer:
             self.steps_per_second = self._reporter.steps_per_second(
                 self.env_steps)
         except KeyboardInterrupt:
-            path = self._run_state.save(self.iteration, self.env_steps)
+            path = self._save()
             sig = self._stop_requests.signal or signal.SIGINT
-            if self.env_steps >= cfg.num_env_steps:
+            if self.env_steps >= cfg.num_env_steps and not (
+                    self.is_chief and self._owes_evaluation()):
                 # The stop came with the last iteration, which completed:
                 # the run is finished, and "resume" would do nothing.
                 if self.is_chief:
@@ -332,11 +353,27 @@ class Trainer:
                 self.steps_per_second = self._reporter.steps_per_second(
                     self.env_steps)
                 return last_eval
-            raise TrainingInterrupted(
-                f"{process.signal_name(sig)}: stopped at {self.env_steps} env "
-                f"steps; checkpoint {path} saved; run the same command to "
-                "resume", sig) from None
+            raise self._interrupted(sig, path) from None
         return last_eval
+
+    def _save(self) -> Optional[str]:
+        """Checkpoints this iteration (`RunState.save`); returns the path on
+        rank 0."""
+        assert self._run_state is not None  # built by `_build`
+        return self._run_state.save(self.iteration, self.env_steps,
+                                    self._evaluation_due)
+
+    def _interrupted(self, sig: int,
+                     path: Optional[str]) -> TrainingInterrupted:
+        if self.env_steps >= self.config.num_env_steps:
+            return TrainingInterrupted(
+                f"{process.signal_name(sig)}: the final evaluation at "
+                f"{self.env_steps} env steps was stopped; checkpoint {path} "
+                "saved; run the same command to evaluate it", sig)
+        return TrainingInterrupted(
+            f"{process.signal_name(sig)}: stopped at {self.env_steps} env "
+            f"steps; checkpoint {path} saved; run the same command to "
+            "resume", sig)
 
     def _make_up_evaluation(self) -> Dict[str, float]:
         """A resumed run evaluates first the checkpoint whose evaluation
@@ -352,6 +389,7 @@ class Trainer:
             logging.info("evaluating at %d env steps, which the stopped run "
                          "did not record", self.env_steps)
             result = self._evaluate(True, False)
+            self._save()  # again if the evaluation calibrated
             self._run_state.save_best(self.iteration, self.env_steps)
         if self.env_steps_at_start > 0:  # every rank: a collective
             stop, _ = self._stop_requests.agree()
@@ -359,12 +397,26 @@ class Trainer:
                 raise KeyboardInterrupt
         return result
 
+    def _evaluate_finished_run(self) -> Dict[str, float]:
+        """Rank 0 of a finished run whose final evaluation was stopped (or
+        killed) evaluates the final checkpoint; the other ranks return at
+        once, as no collective follows."""
+        assert self._reporter is not None and self._run_state is not None
+        if not self._owes_evaluation():
+            return {}
+        self._reporter.open(self.env_steps)
+        result = self._evaluate(True, True)
+        if self._stop_requests.signal:
+            raise KeyboardInterrupt
+        self._save()  # again if the evaluation calibrated
+        self._run_state.save_best(self.iteration, self.env_steps)
+        return result
+
     def _owes_evaluation(self) -> bool:
-        """Whether this rank is the chief of a resumed run whose checkpoint
-        was due an evaluation that ``eval.csv`` lacks."""
-        interval = self.config.eval_interval
-        return (self.is_chief and self.env_steps_at_start > 0 and
-                bool(interval) and self.iteration % interval == 0 and
+        """Whether this rank is the chief and an evaluation is due at this
+        step that ``eval.csv`` lacks (stopped, or killed: the step's
+        checkpoint is saved before it)."""
+        return (self.is_chief and self._evaluation_due and
                 self._reporter is not None and
                 not self._reporter.evaluated(self.env_steps))
 
@@ -385,11 +437,11 @@ class Trainer:
         evaluators = [self._evaluator] + (
             [] if self._held_out is None else [self._held_out])
         # A stop asked for mid-evaluation abandons it (a calibrating one
-        # lasts minutes, past the launcher's grace), so that the stop's
-        # checkpoint is saved; the last one finishes: a finished run is
-        # never evaluated again.
-        should_stop = None if final else (
-            lambda: bool(self._stop_requests.signal))
+        # lasts minutes, past the launcher's grace); the step's checkpoint
+        # says it is due, so the resumed run evaluates it first.
+        def should_stop() -> bool:
+            return bool(self._stop_requests.signal)
+
         try:
             with self._reporter.evaluation_time():
                 calibration = (None if self._calibrator is None else
@@ -449,6 +501,8 @@ class Trainer:
         # (`check_algorithm` made sure the algorithm can take it).
         algorithm: Any = self.algorithm
         algorithm.set_calibrated_offset(chosen)
+        assert self._run_state is not None
+        self._run_state.changed()
         if result.snapshot is not None:  # best.pt acts as evaluated
             state = getattr(self.algorithm, CALIBRATED).state_dict()
             result.snapshot["algorithm"].update(

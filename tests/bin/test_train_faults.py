@@ -126,6 +126,52 @@ def test_a_stop_that_cannot_finish_its_iteration_says_so(tmp_path, grace,
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stop_or_kill_during_the_final_evaluation_loses_nothing(tmp_path,
+                                                                  sig):
+    """The final checkpoint is written before the final evaluation, which
+    a stop abandons as it does the others: before, that evaluation (minutes
+    on MetaDrive) outlasted a scheduler's grace, and the SIGKILL that
+    followed lost the training since the last checkpoint. Run again, the
+    finished run evaluates its final step and trains nothing."""
+    gin_file = tmp_path / "slow.gin"
+    gin_file.write_text("include 'ppo_cart_pole.gin'\n"
+                        "import slow_evaluation\n"
+                        "TrainerConfig.algorithm_ctor = @SlowEvaluationPPO\n")
+    env = dict(_env(tmp_path), PYTHONPATH=os.path.dirname(__file__))
+    marker = tmp_path / "evaluating"
+    root = tmp_path / "run"
+    cmd = _cmd(root, TINY + ["TrainerConfig.num_env_steps=256",
+                             "TrainerConfig.eval_interval=0",
+                             "TrainerConfig.checkpoint_interval=100"],
+               gin_file=str(gin_file))
+    run = Run(cmd, env=dict(env, ALF_TEST_SLOW_EVAL=str(marker)), cwd=REPO)
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert time.time() < deadline and run.proc.poll() is None, \
+            run.out[-3000:]
+        time.sleep(0.1)
+    if sig == signal.SIGKILL:  # the whole job, as a scheduler's last word
+        os.killpg(run.proc.pid, sig)
+        assert run.finish(timeout=30) == -sig
+    else:
+        run.proc.send_signal(sig)
+        assert run.finish(timeout=30) == 128 + sig, run.out[-3000:]
+        assert run.out.count("the final evaluation at 256 env steps was "
+                             "stopped") == 1, run.out[-3000:]
+        _assert_nothing_left(run, tmp_path)
+    assert os.path.exists(root / "ckpt" / "ckpt-256.pt")
+    assert not os.path.exists(root / "eval.csv")
+    again = Run(cmd, env=env, cwd=REPO)
+    assert again.finish(timeout=120) == 0, again.out[-3000:]
+    assert "without its final evaluation (stopped or killed); evaluating " \
+        "it" in again.out, again.out[-3000:]
+    assert "training on" not in again.out, again.out[-3000:]
+    _assert_finished(root, 256)
+    assert read_eval_csv(str(root / "eval.csv"))["env_steps"] == [256]
+
+
+@pytest.mark.timeout(200)
 def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
     """A scheduler signals every process of the job: the environment
     workers must not die before the ranks have checkpointed."""

@@ -40,10 +40,13 @@ def _run_state(root, **kw) -> RunState:
 
 def test_a_checkpoint_has_the_layout_earlier_runs_wrote(tmp_path):
     """Checkpoints stay loadable across versions: the keys are those of
-    ``format`` 1, checked by the layout that resuming applies."""
+    ``format`` 1, checked by the layout that resuming applies, and
+    ``evaluation_due``, which the layout leaves out (earlier checkpoints
+    lack it)."""
     state = _run_state(tmp_path).state(iteration=3, env_steps=96)
     assert set(state) == {"format", "algorithm", "optimizers", "counters",
-                          "rng"}
+                          "rng", "evaluation_due"}
+    assert state["evaluation_due"] is False
     assert state["format"] == 1
     assert state["counters"] == {"iteration": 3, "env_steps": 96,
                                  "episodes": 7}
@@ -71,6 +74,51 @@ def test_save_then_restore_gives_back_everything(tmp_path):
     assert second._episodes.total_episodes == 7
 
 
+def test_an_iterations_checkpoint_is_written_once_unless_acting_changed(
+        tmp_path, monkeypatch):
+    """The trainer saves the checkpoint due with an evaluation before it,
+    and again after it (and on a stop): written again only where the
+    evaluation changed the acting weights (a calibrated offset), and then
+    without each rank's own state (a replay buffer is large)."""
+    run = _run_state(tmp_path)
+    writes = []
+    for name in ("save", "save_local"):
+        real = getattr(run.checkpointer, name)
+        monkeypatch.setattr(
+            run.checkpointer, name,
+            lambda *a, _real=real, _name=name: (writes.append(_name),
+                                                _real(*a))[1])
+    monkeypatch.setattr(run._algorithm, "local_state",
+                        lambda: {"replay": torch.zeros(2)}, raising=False)
+    path = run.save(iteration=3, env_steps=96, evaluation_due=True)
+    assert run.save(iteration=3, env_steps=96, evaluation_due=True) == path
+    assert writes == ["save_local", "save"]
+    with torch.no_grad():
+        run._algorithm.w.add_(1.0)
+    run.changed()
+    assert run.save(iteration=3, env_steps=96, evaluation_due=True) == path
+    assert writes == ["save_local", "save", "save"]
+    resumed = _run_state(tmp_path, restore_local=False).restore()
+    assert resumed.evaluation_due is True
+    assert torch.equal(Checkpointer.load(path)["algorithm"]["w"],
+                       run._algorithm.w)
+    run.save(iteration=4, env_steps=128)
+    assert writes[-2:] == ["save_local", "save"]
+
+
+def test_a_checkpoint_without_evaluation_due_resumes(tmp_path):
+    """Checkpoints written before alf recorded whether an evaluation was
+    due at them resume with it unknown (the trainer then goes by
+    ``eval_interval``)."""
+    run = _run_state(tmp_path)
+    path = run.save(iteration=3, env_steps=96)
+    state = Checkpointer.load(path)
+    del state["evaluation_due"]
+    torch.save(state, path)
+    resumed = _run_state(tmp_path).restore()
+    assert resumed.env_steps == 96 and resumed.evaluation_due is None
+
+
 def test_restore_without_checkpoint_and_save_on_other_ranks(tmp_path):
     assert _run_state(tmp_path).restore() is None
     other = RunState(str(tmp_path), _Algorithm(), EpisodeStats(1),
@@ -89,7 +137,7 @@ def test_best_checkpoint_follows_the_best_evaluation_across_resumes(
         r = _run_state(tmp_path, max_checkpoints=1,
                        best_metric="average_return")
         monkeypatch.setattr(r, "state",
-                            lambda iteration, env_steps: {"at": env_steps})
+                            lambda iteration, env_steps, *_: {"at": env_steps})
         return r
 
     first = run_state()
@@ -237,7 +285,7 @@ def test_a_resume_before_a_later_resume_supersedes_its_record(
 def _best_run_state(root, monkeypatch):
     r = _run_state(root, best_metric="average_return")
     monkeypatch.setattr(r, "state",
-                        lambda iteration, env_steps: {"at": env_steps})
+                        lambda iteration, env_steps, *_: {"at": env_steps})
     return r
 
 
@@ -250,7 +298,7 @@ def test_a_resume_sets_aside_a_best_from_the_discarded_training(
     first = _run_state(tmp_path, best_metric="average_return")
     first.save(iteration=3, env_steps=300)
     monkeypatch.setattr(first, "state",
-                        lambda iteration, env_steps: {"at": env_steps})
+                        lambda iteration, env_steps, *_: {"at": env_steps})
     first.keep_best({"average_return": 9.0})
     first.save_best(4, 400)  # killed before the checkpoint at 500
     resumed = _best_run_state(tmp_path, monkeypatch)

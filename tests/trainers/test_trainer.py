@@ -18,6 +18,7 @@ from alf.trainers.checkpointer import Checkpointer
 from alf.trainers import seeds
 from alf.trainers.collector import AsyncCollector
 from alf.trainers.evaluator import read_eval_csv
+from alf.trainers.reporting import Reporter
 from alf.utils.errors import AlfError, TrainingError
 
 SPI = 32  # env steps per iteration: 2 envs x 16 steps
@@ -477,21 +478,78 @@ def test_the_owed_evaluations_best_holds_the_weights_it_evaluated(
 
 
 @pytest.mark.timeout(120)
-def test_a_stop_with_the_last_iteration_finishes_the_run(tmp_path,
-                                                        monkeypatch):
+def test_a_stop_after_the_final_evaluation_finishes_the_run(tmp_path,
+                                                           monkeypatch):
     """Before: exit 143 and "run the same command to resume" for a run
     that was finished."""
     trainer = Trainer(str(tmp_path), config=tiny_config())
     ends = []
-    real = Trainer._evaluate
+    real = Reporter.log_progress
 
-    def evaluate(self, due, final):
+    def log_progress(self, iteration, env_steps, final):
         if final:
-            self.request_stop(15)  # arrives during the final iteration
+            trainer.request_stop(15)  # arrives after the final evaluation
             ends.append(final)
-        return real(self, due, final)
+        return real(self, iteration, env_steps, final)
 
-    monkeypatch.setattr(Trainer, "_evaluate", evaluate)
+    monkeypatch.setattr(Reporter, "log_progress", log_progress)
     trainer.train()  # no TrainingInterrupted
     assert ends == [True] and trainer.env_steps == 4 * SPI
     assert ckpt_steps(str(tmp_path))[-1] == 4 * SPI
+    steps = read_eval_csv(os.path.join(str(tmp_path), "eval.csv"))
+    assert steps["env_steps"][-1] == 4 * SPI
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_during_the_final_evaluation_is_made_up_when_run_again(
+        tmp_path, monkeypatch):
+    """Before, the final evaluation ignored a stop: a calibrating one
+    outlasts a scheduler's grace, and the SIGKILL that followed lost the
+    training since the last checkpoint."""
+    root, ref = str(tmp_path), [None]
+    calls = _scripted_evaluations(monkeypatch, ref,
+                                  [1.0, 2.0, 3.0, None, 9.0], stop_at=(4, ))
+    with pytest.raises(TrainingInterrupted, match="final evaluation at 128 "
+                       "env steps was stopped.*run the same command to "
+                       "evaluate it"):
+        _train(root, ref)
+    assert ckpt_steps(root)[-1] == 4 * SPI
+    metrics = _train(root, ref)  # evaluates, trains nothing
+    assert metrics["average_return"] == 9.0 and len(calls) == 5
+    assert ref[0].env_steps == 4 * SPI
+    evals = read_eval_csv(os.path.join(root, "eval.csv"))
+    assert evals["env_steps"] == [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
+    best = Checkpointer(os.path.join(root, "ckpt")).best()
+    assert (best["env_steps"], best["value"]) == (4 * SPI, 9.0)
+    assert _train(root, ref) == {} and len(calls) == 5  # nothing owed now
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("final", [False, True])
+def test_a_rank_killed_while_evaluating_keeps_the_iteration(
+        tmp_path, monkeypatch, final):
+    """The checkpoint due with an evaluation is written before it: before,
+    a rank killed during a long evaluation lost the training since the
+    previous checkpoint (here, crashing in it stands in for a SIGKILL)."""
+    import alf.trainers.trainer as trainer_module
+    root = str(tmp_path)
+    cfg = dict(eval_interval=2, checkpoint_interval=2, num_env_steps=4 * SPI)
+    real = trainer_module.evaluate_together
+    calls = []
+
+    def crashing(evaluators, algorithm, should_stop=None):
+        calls.append(1)
+        if len(calls) == (2 if final else 1):
+            raise RuntimeError("killed")
+        return real(evaluators, algorithm, should_stop)
+
+    monkeypatch.setattr(trainer_module, "evaluate_together", crashing)
+    with pytest.raises(RuntimeError, match="killed"):
+        Trainer(root, config=tiny_config(**cfg)).train()
+    crashed_at = 4 * SPI if final else 2 * SPI
+    assert ckpt_steps(root) == ([2 * SPI] if final else []) + [crashed_at]
+    trainer = Trainer(root, config=tiny_config(**cfg))
+    trainer.train()  # evaluates the step it owes first
+    assert trainer.env_steps_at_start == crashed_at
+    evals = read_eval_csv(os.path.join(root, "eval.csv"))
+    assert evals["env_steps"] == [2 * SPI, 4 * SPI]
