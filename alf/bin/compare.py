@@ -280,11 +280,17 @@ def check_algorithm(config) -> None:
 
 def finished(run_dir: str, num_env_steps: int) -> bool:
     """Whether the run in ``run_dir`` has a checkpoint at or past
-    ``num_env_steps``: what alf.bin.train would resume only to say that the
-    run already finished (its evaluations are all in eval.csv by then)."""
+    ``num_env_steps`` and its evaluation: what alf.bin.train would resume
+    only to say that the run already finished. (Without that evaluation,
+    stopped or killed, it evaluates the checkpoint.)"""
     from alf.trainers.checkpointer import Checkpointer  # imports torch
+    from alf.trainers.evaluator import EVAL_CSV, read_eval_csv
     saved = Checkpointer(os.path.join(run_dir, "ckpt")).saved()
-    return bool(saved) and max(saved) >= num_env_steps
+    if not saved or max(saved) < num_env_steps:
+        return False
+    path = os.path.join(run_dir, EVAL_CSV)
+    return (os.path.exists(path) and
+            max(saved) in read_eval_csv(path)["env_steps"])
 
 
 # What a side's runs were trained with, as side.json records it: its keys

@@ -189,9 +189,10 @@ def test_claim_folder_checks_an_older_record_on_what_it_has(tmp_path):
 
 
 def test_finished_runs_are_reused_without_starting(tmp_path, capsys):
-    """A run with a checkpoint at its last env step is not started again
-    (alf.bin.train would only say that it already finished); one short of
-    it, or without checkpoints, is."""
+    """A run with a checkpoint at its last env step and that step's
+    evaluation is not started again (alf.bin.train would only say that it
+    already finished); one short of it, without checkpoints, or without
+    the final evaluation (stopped: alf.bin.train evaluates it), is."""
     ckpt = tmp_path / "a" / "seed0" / "ckpt"
     ckpt.mkdir(parents=True)
     run_dir = str(tmp_path / "a" / "seed0")
@@ -200,6 +201,12 @@ def test_finished_runs_are_reused_without_starting(tmp_path, capsys):
     (ckpt / "best.pt").write_bytes(b"")  # not a regular checkpoint
     assert not compare.finished(run_dir, 1024)
     (ckpt / "ckpt-1024.pt").write_bytes(b"")
+    assert not compare.finished(run_dir, 1024)  # the final evaluation
+    (tmp_path / "a" / "seed0" / "eval.csv").write_text(
+        "env_steps,average_return\n768,5.0\n")
+    assert not compare.finished(run_dir, 1024)
+    with open(tmp_path / "a" / "seed0" / "eval.csv", "a") as f:
+        f.write("1024,7.0\n")
     assert compare.finished(run_dir, 1024)
     assert not compare.finished(run_dir, 2048)  # a longer run resumes
     true = [sys.executable, "-c", "pass"]
