@@ -7,6 +7,7 @@ import time
 from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
                     Union)
 
+import numpy as np
 import torch
 
 from alf import nest
@@ -542,7 +543,7 @@ def append_eval_csv(root_dir: str, env_steps: int,
         writer = csv.DictWriter(f, fieldnames=fields)
         if new:
             writer.writeheader()
-        writer.writerow(row)
+        writer.writerow({k: _cell(v) for k, v in row.items()})
         f.flush()
         os.fsync(f.fileno())
 
@@ -560,7 +561,18 @@ def _widen(path: str, fields: List[str], added: List[str],
             for r in rows]
     fields = fields + added
     # As csv.DictWriter writes it: what the row lacks is empty.
-    _write_rows(path, [fields] + rows + [[row.get(c, "") for c in fields]])
+    _write_rows(path, [fields] + rows +
+                [[_cell(row.get(c, "")) for c in fields]])
+
+
+def _cell(value: Any) -> Any:
+    """A metric as written: where it is a float32's value (metrics come
+    from float32 tensors), the digits that read back to that float32
+    ("28.4", not float64's "28.399999618530273")."""
+    if (isinstance(value, float) and math.isfinite(value)
+            and float(np.float32(value)) == value):
+        return str(np.float32(value))
+    return value
 
 
 def set_aside_later_rows(root_dir: str, env_steps: int,
