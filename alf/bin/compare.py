@@ -232,6 +232,8 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
     Raises:
         AlfError: naming the side and the problem.
     """
+    from alf.utils.process import import_torch
+    import_torch()  # a Ctrl-C in torch's import would be lost
     from alf.trainers import TrainerConfig, parse_config
     given = [("--gin_param", p) for p in gin_params] + [
         (f"--{flag}_param", p) for flag, side in zip("ab", sides)

@@ -266,6 +266,7 @@ def _stop_starting(signum, frame):
 def _main() -> int:
     # Until training listens for it, "checkpoint now" must not kill the run.
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)
+    process.import_torch()
     from alf.trainers import Trainer, TrainingInterrupted, parse_config
     from alf.trainers.run_lock import RunLock
     try:

@@ -115,6 +115,11 @@ class RunLock:
                 # Removed while still held: whoever opened it meanwhile
                 # finds it gone once it gets the flock, and retries.
                 _remove(self._path)
+            except OSError:
+                # A root dir made read-only: the file stays, unlocked (the
+                # next training takes it over); the run's own error or
+                # exit code must not turn into this one.
+                pass
             finally:
                 os.close(fd)  # closing the file releases its flock
 

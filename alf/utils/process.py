@@ -186,6 +186,24 @@ def run_signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+def import_torch() -> None:
+    """Imports torch with the stop signals blocked in this thread; what
+    arrives meanwhile is handled once it is imported.
+
+    torch's C code imports numpy and swallows an exception raised in it:
+    a stop signal whose handler raises (a CLI's before training) landing
+    there was lost, and left numpy half-imported (a run stopped in its
+    first second trained on, then failed on ``numpy.matrix``).
+    """
+    if "torch" in sys.modules:
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        import torch  # noqa: F401
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def release_run_signals() -> None:
     """Unblocks what `run_signals_held` blocked in a child's start-up; a
     signal that came meanwhile goes to the handler set now."""

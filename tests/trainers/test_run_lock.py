@@ -27,6 +27,24 @@ def test_a_second_hold_is_refused_naming_the_first(tmp_path):
     assert os.listdir(tmp_path / "run") == []  # as before the run
 
 
+def test_a_lock_that_cannot_be_removed_is_released(tmp_path, monkeypatch):
+    """A root dir made read-only during the run: before, the release's
+    PermissionError replaced the run's own exit (a stop's 130, a one-line
+    write error) with a traceback and exit 1."""
+    root = str(tmp_path / "run")
+    lock = RunLock.acquire(root)
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "remove", refuse)
+        lock.release()
+    assert os.listdir(root) == [LOCK_FILE]  # left behind, unlocked
+    RunLock.acquire(root).release()
+    assert os.listdir(root) == []
+
+
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""

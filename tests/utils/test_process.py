@@ -47,3 +47,38 @@ def test_a_child_holds_the_run_signals_until_it_releases_them():
     finally:
         signal.signal(signal.SIGTERM, before[0])
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before[1]
+
+
+_IMPORT_UNDER_SIGTERM = """
+import os, signal, sys
+class Stop(BaseException):
+    pass
+def stop(signum, frame):
+    raise Stop()
+signal.signal(signal.SIGTERM, stop)
+class Trip:  # a SIGTERM as torch's import reaches numpy
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+sys.meta_path.insert(0, Trip())
+from alf.utils import process
+try:
+    process.import_torch()
+    print("lost")
+except Stop:
+    import numpy
+    print("stopped", "torch" in sys.modules, hasattr(numpy, "matrix"))
+"""
+
+
+def test_a_stop_while_torch_imports_is_handled_after_it():
+    """torch's C code imports numpy and swallows what a handler raises
+    there: a SIGTERM landing then was lost (a run stopped in its first
+    second trained on, then failed on a half-imported numpy)."""
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-c", _IMPORT_UNDER_SIGTERM],
+                         capture_output=True, text=True, timeout=50)
+    assert res.stdout.split() == ["stopped", "True", "True"], res.stderr
