@@ -7,7 +7,8 @@ decides what goes into them and puts it back.
 import math
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import gin
 import torch
@@ -270,18 +271,11 @@ class RunState:
         run keeps (at or before ``env_steps``) is the one to beat. Its
         checkpoint becomes ``best.pt`` where one was kept at that step;
         else the next evaluation that beats it writes ``best.pt``."""
-        from alf.trainers.evaluator import EVAL_CSV, read_eval_csv
         name = self._best_metric
-        path = os.path.join(self.root_dir, EVAL_CSV)
-        if not name or not os.path.exists(path):
+        best = self._best_evaluation(lambda steps: steps <= env_steps)
+        if not name or best is None:
             return
-        rows = read_eval_csv(path)
-        kept = [(value, steps) for steps, value in zip(
-            rows["env_steps"], rows.get(name, [])) if steps <= env_steps
-                and not math.isnan(value)]
-        if not kept:
-            return
-        value, steps = max(kept, key=lambda k: (k[0], -k[1]))  # earliest
+        value, steps = best
         checkpoint = self.checkpointer.saved().get(int(steps))
         if checkpoint is not None:
             self.checkpointer.save_best(
@@ -296,6 +290,39 @@ class RunState:
                             "steps) has no checkpoint left: best.pt will be "
                             "the first evaluation to beat it", name, value,
                             steps)
+
+    def _best_evaluation(self, kept: Callable[[float], bool]
+                         ) -> Optional[Tuple[float, float]]:
+        """(value, env steps) of ``eval.csv``'s best ``best_metric`` among
+        the rows whose env steps are ``kept`` (the earliest of equals), or
+        None."""
+        from alf.trainers.evaluator import EVAL_CSV, read_eval_csv
+        path = os.path.join(self.root_dir, EVAL_CSV)
+        if not self._best_metric or not os.path.exists(path):
+            return None
+        rows = read_eval_csv(path)
+        values = [(value, steps) for steps, value in zip(
+            rows["env_steps"], rows.get(self._best_metric, []))
+                  if kept(steps) and not math.isnan(value)]
+        return max(values, key=lambda k: (k[0], -k[1])) if values else None
+
+    def _best_so_far(self, name: str, env_steps: Optional[int]) -> float:
+        """The value an evaluation at ``env_steps`` must beat for
+        ``best.pt``: ``best.json``'s; where ``best.pt`` has no readable
+        record (a crash between the two writes, an edit), the best of
+        ``eval.csv``'s other rows, so that a worse evaluation does not
+        replace it."""
+        info, problem = self.checkpointer.best_record()
+        if info is not None:
+            return info["value"] if info["metric"] == name else -math.inf
+        if problem is None:  # no best.pt
+            return -math.inf
+        best = self._best_evaluation(lambda steps: steps != env_steps)
+        logging.warning(
+            "%s; best.pt is kept until an evaluation beats %s", problem,
+            "nothing in eval.csv" if best is None else
+            f"eval.csv's best ({name} {best[0]:g} at {best[1]:g} env steps)")
+        return -math.inf if best is None else best[0]
 
     def keep_best(self, metrics: Dict[str, float],
                   state: Optional[dict] = None,
@@ -317,9 +344,7 @@ class RunState:
             return
         assert name is not None  # a value was found under it
         if self._best is None:
-            info = self.checkpointer.best()
-            self._best = (info["value"] if info and info["metric"] == name
-                          else -math.inf)
+            self._best = self._best_so_far(name, env_steps)
         if value > self._best:
             self._best = value
             self._best_pending = (name, value, state, env_steps)

@@ -380,3 +380,33 @@ def test_a_start_without_checkpoint_sets_aside_an_earlier_best(
     names = sorted(os.listdir(tmp_path / "ckpt"))
     assert [n.rsplit(".", 1)[1] for n in names] == ["json", "pt"]
     assert all(n.startswith("best-discarded-") for n in names)
+
+
+@pytest.mark.parametrize("record", ["missing", "garbage"])
+def test_a_best_without_its_record_is_beaten_only_by_a_better_evaluation(
+        tmp_path, monkeypatch, record):
+    """best.json lost (a kill between the two writes of a run's first
+    best, an edit): eval.csv's other rows say what best.pt must beat.
+    Before, the next evaluation, however bad, replaced best.pt."""
+    from alf.trainers.evaluator import append_eval_csv
+    first = _best_run_state(tmp_path, monkeypatch)
+    for steps, value in ((100, 5.0), (200, 9.0)):
+        append_eval_csv(str(tmp_path), steps, {"average_return": value})
+        first.keep_best({"average_return": value}, env_steps=steps)
+        first.save_best(steps // 100, steps)
+    info = tmp_path / "ckpt" / "best.json"
+    if record == "missing":
+        info.unlink()
+    else:
+        info.write_text("{not json")
+    resumed = _best_run_state(tmp_path, monkeypatch)
+    append_eval_csv(str(tmp_path), 300, {"average_return": 7.0})
+    resumed.keep_best({"average_return": 7.0}, env_steps=300)
+    resumed.save_best(3, 300)
+    best = tmp_path / "ckpt" / "best.pt"
+    assert torch.load(best, weights_only=True) == {"at": 200}
+    append_eval_csv(str(tmp_path), 400, {"average_return": 9.5})
+    resumed.keep_best({"average_return": 9.5}, env_steps=400)
+    resumed.save_best(4, 400)
+    assert torch.load(best, weights_only=True) == {"at": 400}
+    assert resumed.checkpointer.best()["value"] == 9.5
