@@ -134,11 +134,11 @@ class Checkpointer:
                    world_size: int) -> str:
         """Writes a rank's own state (`RLAlgorithm.local_state`) for the
         checkpoint at ``env_steps`` atomically, then deletes the rank's
-        older ones but the previous (and, on rank 0, those of ranks the
-        run no longer has): they can be the size of a replay buffer. The
-        previous one stays for the previous checkpoint, which a resume
-        uses if rank 0 fails to write this one (ranks do not wait for
-        each other here).
+        older ones but the previous, its later ones (from training a
+        resumed run discarded), and on rank 0 those of ranks the run no
+        longer has: they can be the size of a replay buffer. The previous
+        one stays for the previous checkpoint, which a resume uses if rank
+        0 fails to write this one (ranks do not wait for each other here).
 
         Raises:
             CheckpointError: as `save`.
@@ -157,7 +157,9 @@ class Checkpointer:
             if not m:
                 continue
             steps, owner = int(m.group(1)), int(m.group(2))
-            if owner == rank:
+            if owner == rank and steps > env_steps:
+                _remove_quietly(old)  # else kept as "the previous"
+            elif owner == rank:
                 mine.append((steps, old))
             elif rank == 0 and owner >= world_size:
                 _remove_quietly(old)

@@ -291,6 +291,21 @@ def test_a_ranks_local_states_keep_the_newest_two(tmp_path):
         ckpt.load_local(300, 0, 2)
 
 
+def test_local_states_from_discarded_training_do_not_count(tmp_path):
+    """A run resumed from an older checkpoint (the newest moved aside) left
+    its later local states: they counted among the newest two, and the one
+    of the previous checkpoint, which a failed save falls back to, was
+    deleted."""
+    ckpt = Checkpointer(str(tmp_path))
+    state = {"x": torch.arange(3)}
+    for steps in (300, 400):  # training the resumed run discards
+        ckpt.save_local(state, steps, 0, 1)
+    for steps in (200, 250):  # resumed from 200's checkpoint
+        ckpt.save_local(state, steps, 0, 1)
+    assert sorted(os.listdir(tmp_path)) == ["local-200-rank0.pt",
+                                            "local-250-rank0.pt"]
+
+
 def test_best_record_says_what_is_wrong_with_best_json(tmp_path):
     ckpt = Checkpointer(str(tmp_path))
     assert ckpt.best_record() == (None, None)  # no best.pt
