@@ -91,8 +91,10 @@ class Trainer:
         # off) and the torch RNG state of the checkpoint resumed from.
         self._preemption: Optional[Preemption] = None
         self._rng_state: Optional[torch.Tensor] = None
-        # Whether an evaluation is due at this iteration's step.
+        # Whether an evaluation is due at this iteration's step, and the
+        # iteration whose summaries were written last.
         self._evaluation_due = False
+        self._summarized_at = 0
         self._stop_requests = StopRequests()
         torch.set_num_threads(self.config.torch_num_threads)
 
@@ -256,6 +258,7 @@ class Trainer:
         self._collector.start(self.algorithm, self._episodes, env_seed,
                               self.iteration, torch_seed, self._preemption)
         self._reporter.start_clock(self.iteration, self.env_steps)
+        self._summarized_at = self.iteration
         return True
 
     # ---- the loop ---------------------------------------------------------
@@ -304,16 +307,18 @@ class Trainer:
                 self.env_steps = steps
                 self.iteration += 1
                 final = self.env_steps >= cfg.num_env_steps
-                if self.iteration % cfg.summary_interval == 0 or final:
-                    self._reporter.summarize(self.env_steps, stats)
+                checkpoint_due = (
+                    self.iteration % cfg.checkpoint_interval == 0 or final)
+                # With each checkpoint too: it counts every episode.
+                if (self.iteration % cfg.summary_interval == 0 or
+                        checkpoint_due):
+                    self._summarize(stats)
                 self._evaluation_due = final or bool(
                     cfg.eval_interval and
                     self.iteration % cfg.eval_interval == 0)
                 if (cfg.sync_check_interval and
                         self.iteration % cfg.sync_check_interval == 0):
                     distributed.check_weights_equal(self.algorithm)
-                checkpoint_due = (
-                    self.iteration % cfg.checkpoint_interval == 0 or final)
                 # Before the evaluation (a calibrating one lasts minutes): a
                 # rank killed during it keeps the iteration, and the run
                 # resumed from it evaluates that step first.
@@ -330,6 +335,7 @@ class Trainer:
                 if stop:
                     raise KeyboardInterrupt
                 if checkpoint and not final:
+                    self._summarize()
                     path = self._save()
                     if self.is_chief:
                         logging.warning(
@@ -339,6 +345,8 @@ class Trainer:
             self.steps_per_second = self._reporter.steps_per_second(
                 self.env_steps)
         except KeyboardInterrupt:
+            if not finished:  # every rank is here (the ranks agreed)
+                self._summarize()
             path = self._save()
             sig = self._stop_requests.signal or signal.SIGINT
             if self.env_steps >= cfg.num_env_steps and not (
@@ -355,6 +363,15 @@ class Trainer:
                 return last_eval
             raise self._interrupted(sig, path) from None
         return last_eval
+
+    def _summarize(self, stats: Optional[Dict[str, torch.Tensor]] = None
+                   ) -> None:
+        """Writes the summaries of this iteration (with the episodes since
+        the last ones: a collective), unless written already."""
+        assert self._reporter is not None  # built by `_build`
+        if self._summarized_at != self.iteration:
+            self._reporter.summarize(self.env_steps, stats or {})
+            self._summarized_at = self.iteration
 
     def _save(self) -> Optional[str]:
         """Checkpoints this iteration (`RunState.save`); returns the path on

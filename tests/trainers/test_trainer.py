@@ -412,6 +412,40 @@ def test_async_ppg_publishes_its_policy_before_the_auxiliary_phase(
     assert trainer.env_steps == 4 * SPI
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["stop", "checkpoint_interval"])
+def test_a_checkpoint_counts_every_episode(tmp_path, monkeypatch, how):
+    """Before, the episodes were counted when summaries were written: a
+    checkpoint between them (sac_pendulum.gin writes summaries every 500
+    iterations) missed those since, and a stop lost their statistics."""
+    from alf.trainers.episode_stats import EpisodeStats
+    counted = []
+    record = EpisodeStats._record
+
+    def counting(self, rets, lens, info):
+        counted.append(len(rets))
+        return record(self, rets, lens, info)
+
+    monkeypatch.setattr(EpisodeStats, "_record", counting)
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        summary_interval=100, num_env_steps=100 * SPI,
+        checkpoint_interval=5 if how == "checkpoint_interval" else 100))
+    progress = Reporter.log_progress
+
+    def stop_at_5(self, iteration, env_steps, final):
+        if iteration == 5:
+            trainer.request_stop()
+        return progress(self, iteration, env_steps, final)
+
+    monkeypatch.setattr(Reporter, "log_progress", stop_at_5)
+    with pytest.raises(TrainingInterrupted):
+        trainer.train()
+    assert ckpt_steps(str(tmp_path)) == [5 * SPI]
+    state = Checkpointer.load(os.path.join(str(tmp_path), "ckpt",
+                                           f"ckpt-{5 * SPI}.pt"))
+    assert state["counters"]["episodes"] == sum(counted) > 0
+
+
 # ---- the evaluation a resumed run owes --------------------------------------
 def _scripted_evaluations(monkeypatch, trainer_ref, returns, stop_at=()):
     """Evaluations that score ``returns[n - 1]`` at the n-th call (from
