@@ -280,6 +280,18 @@ def check_algorithm(config) -> None:
     check_calibration(config, algorithm)
 
 
+def refuse_a_training_run(root: str) -> None:
+    """Raises AlfError if ``root`` is an alf.bin.train run's folder: the
+    comparison's runs and results would be written among its files."""
+    found = [n for n in ("config.gin", "ckpt", "eval.csv")
+             if os.path.exists(os.path.join(root, n))]
+    if found:
+        raise AlfError(f"--root_dir {root} is a training run's folder (it "
+                       f"has {', '.join(found)}); a comparison writes its "
+                       "runs and results into its own: choose another "
+                       "folder")
+
+
 def finished(run_dir: str, num_env_steps: int) -> bool:
     """Whether the run in ``run_dir`` has a checkpoint at or past
     ``num_env_steps`` and its evaluation: what alf.bin.train would resume
@@ -486,8 +498,13 @@ def main(argv: List[str]) -> int:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     cli.interrupt_on_stop_signals()
     try:
-        if not FLAGS.root_dir or not FLAGS.gin_file:
-            raise AlfError("--root_dir and --gin_file are required")
+        missing = [f"--{f}" for f in ("root_dir", "gin_file")
+                   if not FLAGS[f].value]
+        if missing:
+            raise AlfError(f"{' and '.join(missing)} "
+                           f"{'is' if len(missing) == 1 else 'are'} "
+                           "required, e.g. --root_dir runs/compare "
+                           "--gin_file ppo_cart_pole.gin")
         for flag in ("tol_abs", "tol_rel"):
             value = FLAGS[flag].value
             if value is not None and not value >= 0:  # NaN as well
@@ -502,6 +519,7 @@ def main(argv: List[str]) -> int:
         steps = check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides)
         gin_files = [find_gin_file(g) for g in FLAGS.gin_file]
         root = check_root_dir(FLAGS.root_dir)
+        refuse_a_training_run(root)
         jobs = train_commands(root, FLAGS.gin_file, FLAGS.gin_param or [],
                               sides, FLAGS.seeds)
         parallel = 2 if FLAGS.parallel else 1

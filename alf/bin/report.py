@@ -35,7 +35,7 @@ import os
 import re
 import sys
 from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+                    Set, Tuple)
 
 import numpy as np
 from absl import app, flags
@@ -381,10 +381,14 @@ def warn_not_numbers(run_dir: str, csv_name: str,
                      curves: Dict[str, list]) -> None:
     """Names, in one line on stderr, the values of a run's evaluation file
     that are not numbers (a diverged evaluation writes ``nan``): the table
-    shows them as empty cells, as a step without evaluation."""
+    shows them as empty cells, as a step without evaluation. Cells left
+    empty are not named: alf leaves a metric empty in the rows before a
+    resumed run added it (a calibration's ``offset_D``)."""
+    written = _written_nans(os.path.join(run_dir, csv_name))
     bad = [f"{m} at {s:g}" for m, values in curves.items()
            if m != "env_steps"
-           for s, v in zip(curves["env_steps"], values) if math.isnan(v)]
+           for s, v in zip(curves["env_steps"], values)
+           if math.isnan(v) and (m, float(s)) in written]
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         print(f"{PROG}: warning: {os.path.join(run_dir, csv_name)} has "
@@ -392,6 +396,27 @@ def warn_not_numbers(run_dir: str, csv_name: str,
               f"{'are' if len(bad) > 1 else 'is'} not a number "
               f"({', '.join(bad[:5])}{more}): empty cells, left out of "
               "the means", file=sys.stderr, flush=True)
+
+
+def _written_nans(path: str) -> Set[Tuple[str, float]]:
+    """(column, env steps) of the cells of a CSV file that hold a text
+    reading as NaN (not empty ones)."""
+    found: Set[Tuple[str, float]] = set()
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                step = float(row.get("env_steps") or "")
+            except ValueError:
+                continue
+            for column, text in row.items():
+                if column is None or not isinstance(text, str):
+                    continue
+                try:
+                    if text.strip() and math.isnan(float(text)):
+                        found.add((column, step))
+                except ValueError:
+                    continue
+    return found
 
 
 def _cell(v: float) -> str:

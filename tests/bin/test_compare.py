@@ -478,6 +478,35 @@ def test_bad_sides_are_one_line_errors(tmp_path, args, message):
     assert not os.path.exists(tmp_path / "r")  # refused before any run
 
 
+@pytest.mark.parametrize("name", ["config.gin", "ckpt", "eval.csv"])
+def test_a_training_runs_folder_is_refused(tmp_path, name):
+    """Before, the comparison's a/, b/ and results were written among the
+    training run's files (docs/tools.md used runs/md for both)."""
+    root = tmp_path / "md"
+    root.mkdir()
+    if name == "ckpt":
+        (root / name).mkdir()
+    else:
+        (root / name).write_text("")
+    res = _run_tool(root)
+    assert res.returncode == 1
+    assert res.stderr == (
+        f"alf.bin.compare: error: --root_dir {root} is a training run's "
+        f"folder (it has {name}); a comparison writes its runs and results "
+        "into its own: choose another folder\n"), res.stderr
+    assert sorted(os.listdir(root)) == [name]
+
+
+def test_the_missing_flag_is_named(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "alf.bin.compare",
+                          "--gin_file", "ppo_cart_pole.gin"],
+                         capture_output=True, text=True, timeout=60,
+                         cwd=REPO)
+    assert res.returncode == 1
+    assert res.stderr.startswith("alf.bin.compare: error: --root_dir is "
+                                 "required, e.g. "), res.stderr
+
+
 # ---- reuse, checked: finished runs made by hand (nothing trains) ------------
 def _finished_runs(root, seeds=2, last_row="1024,20.0,20.0\n"):
     """single/seed{s} and ddp2/seed{s}, each finished at 1024 env steps

@@ -202,6 +202,22 @@ def test_a_value_that_is_not_a_number_is_named_and_noted(tmp_path):
         "(at 1k, 5k): empty cells are left out"]
 
 
+def test_cells_alf_left_empty_are_not_warned_about(tmp_path):
+    """A resumed run that added a column (a calibration's offset_0) leaves
+    it empty in the earlier rows: missing, not a value that is not a
+    number. Before, report warned about each of them."""
+    run = _run(tmp_path, held_out=False)
+    _write_csv(os.path.join(run, "eval.csv"), [
+        (1000, 1.0, ""), (3000, "nan", ""), (5000, 3.0, 0.5)])
+    out = _cli("--root_dir", run, "--metrics",
+               "average_return,route_completion")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == (
+        f"alf.bin.report: warning: {run}/eval.csv has 1 value that is not "
+        "a number (average_return at 3000): empty cells, left out of the "
+        "means\n")
+
+
 def _resumed(run, steps, text):
     with open(os.path.join(run, f"config-resumed-{steps}.gin"), "w") as f:
         f.write(text)
