@@ -1,5 +1,6 @@
 """What every ``alf.bin`` command does around its ``main``: absl's
 ``app.run``, with a ``--help`` that helps."""
+import re
 import signal
 import sys
 from typing import Callable, List
@@ -21,11 +22,25 @@ def help_text(module_name: str, full: bool = False) -> str:
 
 def run(main: Callable[[List[str]], None], module_name: str) -> None:
     """``app.run(main)``, except that ``--help`` (``-h``, ``--helpfull``)
-    prints ``module_name``'s docstring and flags to stdout and exits 0.
+    prints ``module_name``'s docstring and flags to stdout and exits 0, and
+    a bad flag or argument is one line on stderr (exit 1).
 
     absl exits 1 on ``--help``, and under a console script (``alf-train``)
-    it printed neither: it looks for them in the script's wrapper.
+    it printed neither: it looks for them in the script's wrapper. A bad
+    flag took two lines, an unexpected argument the whole help.
     """
+    spec = getattr(sys.modules[module_name], "__spec__", None)
+    prog = spec.name if spec is not None else module_name  # -m: __main__
+
+    def usage_error(error: Exception) -> None:
+        text = str(error)
+        required = re.search(r"Flag (--\w+) must have a value other than "
+                             r"None", text)
+        if required:  # absl: "flag --x=None: Flag --x must have ..."
+            text = f"{required.group(1)} is required"
+        sys.stderr.write(f"{prog}: error: {text} (--help lists the "
+                         "flags)\n")
+        sys.exit(1)
 
     def parse(argv: List[str]) -> List[str]:
         for arg in argv[1:]:
@@ -34,9 +49,19 @@ def run(main: Callable[[List[str]], None], module_name: str) -> None:
             if arg in _SHORT_HELP or arg in _FULL_HELP:
                 sys.stdout.write(help_text(module_name, arg in _FULL_HELP))
                 sys.exit(0)
-        return app.parse_flags_with_usage(argv)
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as e:
+            usage_error(e)
+            raise  # not reached: for the type checker
 
-    app.run(main, flags_parser=parse)
+    def guarded(argv: List[str]) -> None:
+        try:
+            main(argv)
+        except app.UsageError as e:
+            usage_error(e)
+
+    app.run(guarded, flags_parser=parse)
 
 
 # The stop signal `interrupt_on_stop_signals`' handler received (0: none).

@@ -37,3 +37,25 @@ def test_the_console_script_and_the_other_help_flags():
     # After "--" it is an argument, not a flag: the usual usage error.
     res = _run([sys.executable, "-m", "alf.bin.train", "--", "--help"])
     assert res.returncode == 1 and "unexpected arguments" in res.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command, args, error", [
+    ("train", ["--distributed", "bogus"], "flag --distributed=bogus: value "
+     "should be one of <none|multi-gpu|multi-process>"),
+    ("train", ["--gin_file", "x.gin", "--root_dir", "r", "extra"],
+     "unexpected arguments: ['extra']"),
+    ("play", ["--root_dir", "r", "--seed", "-1"], "flag --seed=-1: -1 is "
+     "not a non-negative integer"),
+    ("report", [], "--root_dir is required"),
+])
+def test_a_bad_flag_or_argument_is_one_line(tmp_path, command, args, error):
+    """absl printed two lines for a bad flag, the whole help for an
+    argument too many."""
+    res = subprocess.run([sys.executable, "-m", f"alf.bin.{command}", *args],
+                         capture_output=True, text=True, timeout=100,
+                         cwd=tmp_path)
+    assert res.returncode == 1
+    assert res.stderr == (f"alf.bin.{command}: error: {error} (--help lists "
+                          "the flags)\n"), res.stderr
+    assert os.listdir(tmp_path) == []
