@@ -181,9 +181,13 @@ class Checkpointer:
         if not os.path.exists(path):
             return None
         saved = Checkpointer.load(path, advice="it is ignored")
-        if saved.get("world_size") != world_size or not isinstance(
-                saved.get("state"), dict):
-            n = saved.get("world_size")
+        n = saved.get("world_size")
+        if not isinstance(n, int) or not isinstance(saved.get("state"),
+                                                    dict):
+            raise CheckpointError(
+                f"{path} is not a rank's saved state (it lacks "
+                "'world_size' or 'state'); it is ignored")
+        if n != world_size:
             raise CheckpointError(
                 f"{path} was saved by a run of {n} "
                 f"process{'' if n == 1 else 'es'}, not {world_size}; it is "

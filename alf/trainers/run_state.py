@@ -167,9 +167,8 @@ class RunState:
         state, problem = None, None
         try:
             state = self.checkpointer.load_local(env_steps, rank, world)
-        except CheckpointError as e:
-            logging.warning("%s", e)
-            problem = f"{name} is unusable (above)"
+        except CheckpointError as e:  # said once, where it is used
+            problem = str(e)
         if distributed.any_rank(state is None) or state is None:
             return (problem or f"no {name} beside the checkpoint"
                     if state is None else

@@ -119,6 +119,31 @@ def test_a_replay_saved_under_other_sizes_is_ignored_with_a_word(
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("edit, why", [
+    ({"world_size": 2}, "was saved by a run of 2 processes, not 1"),
+    ({"world_size": None}, "is not a rank's saved state (it lacks "
+     "'world_size' or 'state')")])
+def test_a_replay_of_another_run_is_one_line(tmp_path, caplog, edit, why):
+    """Before: a warning for the file, then "resumed with an empty replay
+    buffer (... unusable (above))"; and a file of another kind was "saved
+    by a run of None processes"."""
+    _train(tmp_path, 512)
+    path = tmp_path / "ckpt" / "local-512-rank0.pt"
+    saved = torch.load(path, weights_only=True)
+    saved.update(edit)
+    torch.save(saved, path)
+    caplog.clear()
+    resumed = _train(tmp_path, 768)
+    assert len(resumed.replay) == 256
+    said = [r.getMessage() for r in caplog.records
+            if "local-512-rank0.pt" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        f"resumed with an empty replay buffer ({path} {why}; it is "
+        "ignored): "), said[0]
+
+
+@pytest.mark.timeout(240)
 def test_with_checkpoint_replay_off_a_saved_replay_is_not_restored(
         tmp_path, caplog):
     _train(tmp_path, 512)
