@@ -148,6 +148,9 @@ class Checkpointer:
             self._write({"format": 1, "env_steps": env_steps, "rank": rank,
                          "world_size": world_size, "state": state}, path)
         except CheckpointError as e:
+            if not isinstance(e.__cause__, OSError) or e.__cause__.errno not in (
+                    errno.ENOSPC, errno.EDQUOT):
+                raise
             raise CheckpointError(
                 f"{e}; or train without saving replay buffers "
                 "(TrainerConfig.checkpoint_replay=False)") from e
@@ -367,10 +370,13 @@ def _write_failure(path: str, size: int, error: OSError) -> str:
     need = (f"; it needs about {size} bytes, "
             f"{free_space(os.path.dirname(path))}" if full else "")
     advice = WRITE_ADVICE.get(error.errno, "check the folder")
+    earlier = glob.glob(os.path.join(os.path.dirname(path), "ckpt-*.pt"))
+    kept = ("earlier checkpoints are untouched" if earlier else
+            "the run has no checkpoint yet")
+    then = "resume" if earlier else "start again"
     return (f"cannot write checkpoint {path}: {what} ({error.strerror or error}"
-            f"{need}); nothing was saved and earlier checkpoints are "
-            f"untouched; {advice} (or use another --root_dir) and run the "
-            "same command to resume")
+            f"{need}); nothing was saved and {kept}; {advice} (or use another "
+            f"--root_dir) and run the same command to {then}")
 
 
 def check_layout(state: Any, layout: Dict[str, Any],

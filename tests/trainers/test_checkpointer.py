@@ -363,3 +363,30 @@ def test_a_ctrl_c_during_the_write_stays_a_ctrl_c(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         Checkpointer(str(tmp_path)).save({"x": torch.zeros(1_000_000)}, 1)
     assert _names(tmp_path) == []  # the .tmp removed
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
+def test_a_failed_replay_save_says_what_would_help(tmp_path, monkeypatch,
+                                                   code):
+    """Before, every failure advised checkpoint_replay=False (which only
+    helps a full disk), and a run without checkpoints was told that its
+    earlier ones were untouched and to resume."""
+    c = Checkpointer(str(tmp_path))
+
+    def failing(f):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(CheckpointError) as info:
+        c.save_local({"x": torch.zeros(3)}, 100, 0, 1)
+    message = str(info.value)
+    assert ("checkpoint_replay=False" in message) == (code == errno.ENOSPC)
+    assert "the run has no checkpoint yet" in message
+    assert message.endswith("run the same command to start again") or \
+        message.endswith("(TrainerConfig.checkpoint_replay=False)"), message
+    monkeypatch.undo()
+    c.save(_state(100), 100)
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(CheckpointError, match="earlier checkpoints are "
+                       "untouched.*run the same command to resume"):
+        c.save_local({"x": torch.zeros(3)}, 200, 0, 1)
