@@ -242,13 +242,20 @@ class ReplayBuffer(nn.Module):
             return (t.dtype == mine.dtype and t.shape[1:] == mine.shape[1:]
                     and len(t) <= len(mine))
 
-        bad = sorted(set(own) ^ set(contents)) or [
-            k for k, t in contents.items() if not fits(k, t)]
-        if bad:
+        extra, lacking = (sorted(set(contents) - set(own)),
+                          sorted(set(own) - set(contents)))
+        bad = [k for k, t in contents.items() if k in own and not fits(k, t)]
+        if extra or lacking or bad:
             if fresh:  # leave it as it was: storage made on first add
                 for name in self._leaf_names:
                     delattr(self, name)
                 self._leaf_names, self._treespec = [], None
+            if extra or lacking:
+                raise ValueError(
+                    "saved by another kind of replay buffer (uniform "
+                    "against prioritized replay?): it has "
+                    f"{', '.join(extra) or 'nothing more'}, lacks "
+                    f"{', '.join(lacking) or 'nothing'}")
             raise ValueError(f"stored contents do not fit this buffer "
                              f"({bad[0]}: capacity {self.capacity} x "
                              f"{self.batch_size} streams)")

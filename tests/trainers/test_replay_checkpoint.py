@@ -111,6 +111,21 @@ def test_contents_of_other_sizes_are_refused_leaving_it_empty():
         other.add_batch({"x": torch.zeros(2, 7)})
 
 
+@pytest.mark.parametrize("saved, resumed", [
+    (PrioritizedReplay, UniformReplay), (UniformReplay, PrioritizedReplay)])
+def test_contents_of_another_kind_of_replay_say_so(saved, resumed):
+    """Before: "stored contents do not fit this buffer (_max_priority:
+    capacity 5 x 2 streams)", which named neither kind."""
+    buffer = saved().build(5, 2)
+    buffer.add_batch({"x": torch.zeros(2, 3)})
+    other = resumed().build(5, 2)
+    with pytest.raises(ValueError, match=r"^saved by another kind of replay "
+                       r"buffer \(uniform against prioritized replay\?\): "
+                       r"it has .*, lacks "):
+        other.load_contents(buffer.contents(), {"x": torch.zeros(2, 3)})
+    assert other.contents() == {}
+
+
 def test_only_what_was_filled_is_saved(tmp_path):
     buffer = UniformReplay().build(1000, 2)
     buffer.add_batch({"x": torch.zeros(2, 100)})
