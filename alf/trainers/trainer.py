@@ -264,10 +264,7 @@ class Trainer:
     # ---- the loop ---------------------------------------------------------
     def _train(self) -> Dict[str, float]:
         finished = not self._start()
-        # All built by `_build`.
-        assert (self.algorithm is not None and self._collector is not None
-                and self._counts is not None and self._run_state is not None
-                and self._reporter is not None)
+        assert self._reporter is not None  # built by `_build`
         cfg = self.config
         last_eval: Dict[str, float] = {}
         try:
@@ -275,73 +272,8 @@ class Trainer:
                 return self._evaluate_finished_run()
             last_eval = self._make_up_evaluation()
             while self.env_steps < cfg.num_env_steps:
-                iteration_start = time.perf_counter()
-                collect_stats = self._collector.collect()
-                collected = self._counts.agree(
-                    self._collector.last_steps,
-                    self._collector.last_preempted)
-                steps = self.env_steps + collected
-                learner_start = time.thread_time()
-                learner_wall = time.perf_counter()
-                version = self.iteration + 1
-                self.algorithm.policy_ready = functools.partial(
-                    self._collector.publish, version)
-                try:
-                    stats = self.algorithm.train_iter(
-                        min(steps / cfg.num_env_steps, 1.0))
-                except TrainingError as e:
-                    raise TrainingError(
-                        f"{e} at iteration {self.iteration + 1} "
-                        f"({steps} env steps); stopped without writing a "
-                        "checkpoint") from e
-                self._reporter.add_learner_cpu(
-                    time.thread_time() - learner_start,
-                    time.perf_counter() - learner_wall)
-                self._collector.publish(version)
-                if self._preemption is not None:
-                    self._preemption.set_run_rate(self._counts.run_rate(
-                        collected, time.perf_counter() - iteration_start))
-                stats.update(collect_stats)
-                # Counters move only after a complete iteration, so a
-                # checkpoint saved on interrupt is consistent.
-                self.env_steps = steps
-                self.iteration += 1
-                final = self.env_steps >= cfg.num_env_steps
-                checkpoint_due = (
-                    self.iteration % cfg.checkpoint_interval == 0 or final)
-                # With each checkpoint too: it counts every episode.
-                if (self.iteration % cfg.summary_interval == 0 or
-                        checkpoint_due):
-                    self._summarize(stats)
-                self._evaluation_due = final or bool(
-                    cfg.eval_interval and
-                    self.iteration % cfg.eval_interval == 0)
-                if (cfg.sync_check_interval and
-                        self.iteration % cfg.sync_check_interval == 0):
-                    distributed.check_weights_equal(self.algorithm)
-                # Before the evaluation (a calibrating one lasts minutes): a
-                # rank killed during it keeps the iteration, and the run
-                # resumed from it evaluates that step first.
-                if checkpoint_due:
-                    self._save()
-                last_eval = self._evaluate(self._evaluation_due,
-                                           final) or last_eval
-                if checkpoint_due:
-                    self._save()  # again if the evaluation calibrated
-                self._run_state.save_best(self.iteration, self.env_steps)
-                self._reporter.log_progress(self.iteration, self.env_steps,
-                                            final)
-                stop, checkpoint = self._stop_requests.agree()
-                if stop:
-                    raise KeyboardInterrupt
-                if checkpoint and not final:
-                    self._summarize()
-                    path = self._save()
-                    if self.is_chief:
-                        logging.warning(
-                            "%s: checkpoint %s saved; training goes on",
-                            process.signal_name(process.CHECKPOINT_SIGNAL),
-                            path)
+                stats = self._iterate()
+                last_eval = self._end_iteration(stats) or last_eval
             self.steps_per_second = self._reporter.steps_per_second(
                 self.env_steps)
         except KeyboardInterrupt:
@@ -363,6 +295,83 @@ class Trainer:
                 return last_eval
             raise self._interrupted(sig, path) from None
         return last_eval
+
+    def _iterate(self) -> Dict[str, torch.Tensor]:
+        """Collects and trains one iteration; returns its statistics."""
+        assert (self.algorithm is not None and self._collector is not None
+                and self._counts is not None and self._reporter is not None)
+        cfg = self.config
+        iteration_start = time.perf_counter()
+        collect_stats = self._collector.collect()
+        collected = self._counts.agree(self._collector.last_steps,
+                                       self._collector.last_preempted)
+        steps = self.env_steps + collected
+        learner_start = time.thread_time()
+        learner_wall = time.perf_counter()
+        version = self.iteration + 1
+        self.algorithm.policy_ready = functools.partial(
+            self._collector.publish, version)
+        try:
+            stats = self.algorithm.train_iter(
+                min(steps / cfg.num_env_steps, 1.0))
+        except TrainingError as e:
+            raise TrainingError(
+                f"{e} at iteration {self.iteration + 1} ({steps} env "
+                "steps); stopped without writing a checkpoint") from e
+        self._reporter.add_learner_cpu(time.thread_time() - learner_start,
+                                       time.perf_counter() - learner_wall)
+        self._collector.publish(version)
+        if self._preemption is not None:
+            self._preemption.set_run_rate(self._counts.run_rate(
+                collected, time.perf_counter() - iteration_start))
+        stats.update(collect_stats)
+        # Counters move only after a complete iteration, so a checkpoint
+        # saved on interrupt is consistent.
+        self.env_steps = steps
+        self.iteration += 1
+        return stats
+
+    def _end_iteration(self, stats: Dict[str, torch.Tensor]
+                       ) -> Dict[str, float]:
+        """Summaries, evaluation and checkpoints due after an iteration,
+        then the ranks' agreement on a stop (KeyboardInterrupt) or a
+        checkpoint; returns the evaluation's metrics recorded now, if
+        any."""
+        assert (self.algorithm is not None and self._run_state is not None
+                and self._reporter is not None)
+        cfg = self.config
+        final = self.env_steps >= cfg.num_env_steps
+        checkpoint_due = (self.iteration % cfg.checkpoint_interval == 0 or
+                          final)
+        # With each checkpoint too: it counts every episode.
+        if self.iteration % cfg.summary_interval == 0 or checkpoint_due:
+            self._summarize(stats)
+        self._evaluation_due = final or bool(
+            cfg.eval_interval and self.iteration % cfg.eval_interval == 0)
+        if (cfg.sync_check_interval and
+                self.iteration % cfg.sync_check_interval == 0):
+            distributed.check_weights_equal(self.algorithm)
+        # Before the evaluation (a calibrating one lasts minutes): a rank
+        # killed during it keeps the iteration, and the run resumed from it
+        # evaluates that step first.
+        if checkpoint_due:
+            self._save()
+        evaluated = self._evaluate(self._evaluation_due, final)
+        if checkpoint_due:
+            self._save()  # again if the evaluation calibrated
+        self._run_state.save_best(self.iteration, self.env_steps)
+        self._reporter.log_progress(self.iteration, self.env_steps, final)
+        stop, checkpoint = self._stop_requests.agree()
+        if stop:
+            raise KeyboardInterrupt
+        if checkpoint and not final:
+            self._summarize()
+            path = self._save()
+            if self.is_chief:
+                logging.warning("%s: checkpoint %s saved; training goes on",
+                                process.signal_name(
+                                    process.CHECKPOINT_SIGNAL), path)
+        return evaluated
 
     def _summarize(self, stats: Optional[Dict[str, torch.Tensor]] = None
                    ) -> None:
