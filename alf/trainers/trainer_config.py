@@ -197,7 +197,8 @@ class TrainerConfig:
             one is waited for. An evaluation that falls due while another
             is played waits; a newer one replaces it (logged).
         summary_interval: write training summaries every this many
-            iterations.
+            iterations (and with every checkpoint, so that it counts
+            every episode and a stop loses none of their statistics).
         checkpoint_interval: save a checkpoint every this many iterations
             (and always at the end and on Ctrl-C).
         max_checkpoints: keep this many newest checkpoints (None: all).
