@@ -28,7 +28,7 @@ Exit codes: 0, 1 for a bad input (one line), 130 on Ctrl-C.
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from absl import flags
+from absl import app, flags
 
 from alf.bin import cli
 from alf.trainers.calibration import Offsets, candidates, choose, label
@@ -139,7 +139,8 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     FLAGS = flags.FLAGS
     candidates = run_cli("alf.bin.calibrate", parse_offsets,
                          FLAGS.offsets or [])

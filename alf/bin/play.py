@@ -52,7 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium as gym
 import numpy as np
 import torch
-from absl import flags
+from absl import app, flags
 
 from alf.bin import cli
 from alf.utils.errors import ConfigError, one_line, run_cli
@@ -534,7 +534,8 @@ def _stopped(signum, frame):
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     FLAGS = flags.FLAGS
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stopped)

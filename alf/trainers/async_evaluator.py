@@ -34,7 +34,7 @@ Messages (`actor.encode`d, over the evaluator's pipe):
 import dataclasses
 import multiprocessing as mp
 import pickle
-from typing import Any, Dict, List, NamedTuple, NoReturn, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, NoReturn, Optional
 
 import gin
 import gymnasium as gym
@@ -260,11 +260,14 @@ class AsyncEvaluator:
             self._raise_dead()
         return done
 
-    def wait(self) -> List[EvalResult]:
-        """Every evaluation submitted, once finished."""
+    def wait(self, should_stop: Optional[Callable[[], bool]] = None
+             ) -> List[EvalResult]:
+        """Every evaluation submitted, once finished; or those finished
+        when ``should_stop`` says so (checked every 0.1 s: the others stay
+        in flight, dropped by `close`)."""
         done = []
-        while self.busy:
-            done += self.poll(timeout=1.0)
+        while self.busy and not (should_stop and should_stop()):
+            done += self.poll(timeout=0.1)
         return done
 
     def close(self) -> None:

@@ -414,7 +414,9 @@ class Trainer:
         if self._owes_evaluation():
             logging.info("evaluating at %d env steps, which the stopped run "
                          "did not record", self.env_steps)
-            result = self._evaluate(True, False)
+            # Asynchronous evaluation too waits for it: a stop meanwhile
+            # keeps it owed.
+            result = self._evaluate(True, self._async_eval is not None)
             self._save()  # again if the evaluation calibrated
             self._run_state.save_best(self.iteration, self.env_steps)
         if self.env_steps_at_start > 0:  # every rank: a collective
@@ -432,7 +434,7 @@ class Trainer:
             return {}
         self._reporter.open(self.env_steps)
         result = self._evaluate(True, True)
-        if self._stop_requests.signal:
+        if self._owes_evaluation():  # stopped
             raise KeyboardInterrupt
         self._save()  # again if the evaluation calibrated
         self._run_state.save_best(self.iteration, self.env_steps)
@@ -446,15 +448,16 @@ class Trainer:
                 self._reporter is not None and
                 not self._reporter.evaluated(self.env_steps))
 
-    def _evaluate(self, due: bool, final: bool) -> Dict[str, float]:
+    def _evaluate(self, due: bool, wait: bool) -> Dict[str, float]:
         """Rank 0 evaluates (never calling a collective) when one is
-        ``due``, or records the asynchronous evaluations that finished (all
-        of them when ``final``); returns the last evaluation's metrics
-        recorded now ({} on the other ranks, or if none)."""
+        ``due``, or records the asynchronous evaluations that finished
+        (with ``wait``, all of them, unless a stop comes first); returns
+        the last evaluation's metrics recorded now ({} on the other ranks,
+        or if none)."""
         if not self.is_chief:
             return {}
         if self._async_eval is not None:
-            return self._evaluate_async(due, final)
+            return self._evaluate_async(due, wait)
         if not due:
             return {}
         # All built by `_build` (the evaluator on the chief only).
@@ -462,19 +465,13 @@ class Trainer:
                 and self._run_state is not None and self._reporter is not None)
         evaluators = [self._evaluator] + (
             [] if self._held_out is None else [self._held_out])
-        # A stop asked for mid-evaluation abandons it (a calibrating one
-        # lasts minutes, past the launcher's grace); the step's checkpoint
-        # says it is due, so the resumed run evaluates it first.
-        def should_stop() -> bool:
-            return bool(self._stop_requests.signal)
-
         try:
             with self._reporter.evaluation_time():
                 calibration = (None if self._calibrator is None else
                                self._calibrator.calibrate(self.algorithm,
-                                                          should_stop))
+                                                          self._stop_asked))
                 results = evaluate_together(evaluators, self.algorithm,
-                                            should_stop)
+                                            self._stop_asked)
         except EvaluationStopped:
             logging.warning("%s: the evaluation at %d env steps was stopped "
                             "and is not recorded", process.signal_name(
@@ -485,7 +482,14 @@ class Trainer:
                                          held_out, None, calibration))
         return result.metrics
 
-    def _evaluate_async(self, due: bool, final: bool) -> Dict[str, float]:
+    def _stop_asked(self) -> bool:
+        """Whether a stop was asked for: an evaluation under way is then
+        abandoned (a calibrating one lasts minutes, past the launcher's
+        grace); the step's checkpoint says it is due, so the resumed run
+        evaluates it first."""
+        return bool(self._stop_requests.signal)
+
+    def _evaluate_async(self, due: bool, wait: bool) -> Dict[str, float]:
         assert (self._async_eval is not None and self.algorithm is not None
                 and self._run_state is not None)
         if due:
@@ -494,7 +498,7 @@ class Trainer:
                     if self.config.best_metric else None)
             self._async_eval.submit(self.env_steps,
                                     self.algorithm.acting_state(), kept)
-        results = self._async_eval.wait() if final else \
+        results = self._async_eval.wait(self._stop_asked) if wait else \
             self._async_eval.poll()
         recorded = [self._record(r) for r in results]
         return recorded[-1].metrics if recorded else {}

@@ -68,12 +68,13 @@ def one_line(error: BaseException) -> str:
 
 def run_cli(prog: str, fn: Callable[..., T], *args, **kwargs) -> T:
     """``fn(*args, **kwargs)`` for a command-line tool: an `AlfError` is
-    its one line on stderr (``prog: message``) and exit code 1, Ctrl-C is
-    ``prog: interrupted`` and exit code 130."""
+    its one line on stderr (``prog: error: message``, as every alf.bin
+    command says it) and exit code 1, Ctrl-C is ``prog: interrupted`` and
+    exit code 130."""
     try:
         return fn(*args, **kwargs)
     except AlfError as e:
-        print(f"{prog}: {one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

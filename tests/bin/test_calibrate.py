@@ -106,7 +106,7 @@ def test_held_out_is_checked_before_any_candidate_is_played(pendulum_run):
                "TrainerConfig.held_out_env_load_fn=None")
     assert out.returncode == 1, out.stdout
     assert out.stdout == "", out.stdout  # no candidate's row: none played
-    assert re.fullmatch(r"alf\.bin\.calibrate: the run in \S+ has no "
+    assert re.fullmatch(r"alf\.bin\.calibrate: error: the run in \S+ has no "
                         r"held-out environments to play .*\n",
                         out.stderr), out.stderr
 
@@ -124,7 +124,7 @@ def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
                "--checkpoint", "latest", *args)
     assert out.returncode == 1, out.stdout
     assert out.stderr.strip().count("\n") == 0, out.stderr
-    assert out.stderr.startswith("alf.bin.calibrate: " + message), \
+    assert out.stderr.startswith("alf.bin.calibrate: error: " + message), \
         out.stderr
     assert out.stdout == ""  # refused before any candidate is played
 
@@ -138,7 +138,8 @@ def test_an_algorithm_without_the_offset_is_refused_before_play(
                "TrainerConfig.algorithm_ctor=@SACAlgorithm")
     assert out.returncode == 1 and out.stdout == "", out.stdout
     assert out.stderr == (
-        f"alf.bin.calibrate: the run in {pendulum_run} trains SACAlgorithm, "
+        f"alf.bin.calibrate: error: the run in {pendulum_run} trains "
+        "SACAlgorithm, "
         "which has no deterministic offset "
         "(PPOAlgorithm.deterministic_offset is PPO's and PPG's)\n")
 

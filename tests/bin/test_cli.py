@@ -48,6 +48,9 @@ def test_the_console_script_and_the_other_help_flags():
     ("play", ["--root_dir", "r", "--seed", "-1"], "flag --seed=-1: -1 is "
      "not a non-negative integer"),
     ("report", [], "--root_dir is required"),
+    ("play", ["--root_dir", "r", "extra"], "unexpected arguments: ['extra']"),
+    ("calibrate", ["--root_dir", "r", "extra"],
+     "unexpected arguments: ['extra']"),
 ])
 def test_a_bad_flag_or_argument_is_one_line(tmp_path, command, args, error):
     """absl printed two lines for a bad flag, the whole help for an

@@ -167,3 +167,39 @@ def test_closing_during_an_evaluation_drops_it_at_once_and_says_so(
     assert took < 5, took  # not the 20 one-second steps, nor close's 10 s
     assert "evaluation at 64 env steps dropped" in caplog.text
     assert not mp.active_children()
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_abandons_the_wait_for_the_last_evaluation(tmp_path,
+                                                          monkeypatch):
+    """Before, a stop during the final evaluation waited for the evaluator
+    (minutes on MetaDrive; a launcher's grace then aborted every rank,
+    unsaved). Now it is dropped and owed: run again, the finished run
+    evaluates its final checkpoint."""
+    import time
+
+    from alf.trainers.async_evaluator import AsyncEvaluator
+    from alf.utils.errors import TrainingInterrupted
+    root = str(tmp_path)
+    trainer = Trainer(root, config=_config(
+        async_eval=True, held_out_env_load_fn=slow, eval_interval=0,
+        num_env_steps=2 * SPI))
+    wait = AsyncEvaluator.wait
+
+    def stopping(self, should_stop=None):
+        trainer.request_stop()
+        return wait(self, should_stop)
+
+    monkeypatch.setattr(AsyncEvaluator, "wait", stopping)
+    start = time.perf_counter()
+    with pytest.raises(TrainingInterrupted, match="the final evaluation at "
+                       f"{2 * SPI} env steps was stopped"):
+        trainer.train()
+    assert time.perf_counter() - start < 30  # not the slow evaluation
+    assert not os.path.exists(os.path.join(root, "eval.csv"))
+    monkeypatch.undo()
+    again = Trainer(root, config=_config(async_eval=True, eval_interval=0,
+                                         num_env_steps=2 * SPI))
+    assert again.train()["average_return"] > 0
+    assert _rows(root)["env_steps"] == [2 * SPI]
+    assert not mp.active_children()

@@ -559,6 +559,55 @@ def test_a_stop_during_the_final_evaluation_is_made_up_when_run_again(
 
 
 @pytest.mark.timeout(120)
+def test_a_stop_after_the_finished_runs_evaluation_keeps_its_best(
+        tmp_path, monkeypatch):
+    """Before, a stop that came as the finished run's evaluation was
+    recorded skipped best.pt: the row was in eval.csv, the run finished,
+    and no later run wrote it."""
+    root, ref = str(tmp_path), [None]
+    _scripted_evaluations(monkeypatch, ref, [1.0, 2.0, 3.0], stop_at=(4, ))
+    with pytest.raises(TrainingInterrupted):
+        _train(root, ref)
+    import alf.trainers.trainer as trainer_module
+
+    def evaluate_then_stop(evaluators, algorithm, should_stop=None):
+        ref[0].request_stop()  # comes as the evaluation ends
+        return [{"average_return": 9.0, "average_episode_length": 10.0}]
+
+    monkeypatch.setattr(trainer_module, "evaluate_together",
+                        evaluate_then_stop)
+    assert _train(root, ref)["average_return"] == 9.0
+    best = Checkpointer(os.path.join(root, "ckpt")).best()
+    assert (best["env_steps"], best["value"]) == (4 * SPI, 9.0)
+
+
+@pytest.mark.timeout(120)
+def test_an_owed_asynchronous_evaluation_is_waited_for(tmp_path,
+                                                       monkeypatch):
+    """The make-up evaluation ends before the resumed run trains with
+    asynchronous evaluation too: before, it was only submitted, and a stop
+    before its result lost it for good (the checkpoint then newest did
+    not owe it)."""
+    root, ref = str(tmp_path), [None]
+    _scripted_evaluations(monkeypatch, ref, [1.0] * 4, stop_at=(2, ))
+    with pytest.raises(TrainingInterrupted):
+        _train(root, ref)
+    monkeypatch.undo()
+    seen = []
+    iterate = Trainer._iterate
+
+    def first_iteration(self):
+        if not seen:
+            seen.append(read_eval_csv(os.path.join(
+                root, "eval.csv"))["env_steps"])
+        return iterate(self)
+
+    monkeypatch.setattr(Trainer, "_iterate", first_iteration)
+    _train(root, ref, async_eval=True)
+    assert seen == [[SPI, 2 * SPI]]
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("final", [False, True])
 def test_a_rank_killed_while_evaluating_keeps_the_iteration(
         tmp_path, monkeypatch, final):

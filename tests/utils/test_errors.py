@@ -39,7 +39,7 @@ def test_run_cli_returns_or_exits_with_one_line(capsys):
     def interrupted():
         raise KeyboardInterrupt
 
-    for fn, code, line in ((bad, 1, "tool: --x=3; valid: 1 or 2"),
+    for fn, code, line in ((bad, 1, "tool: error: --x=3; valid: 1 or 2"),
                            (interrupted, 130, "tool: interrupted")):
         with pytest.raises(SystemExit) as exit_info:
             run_cli("tool", fn)
