@@ -227,10 +227,10 @@ def main(argv: List[str]) -> int:
                   file=sys.stderr, flush=True)
         code = process.exit_code_for(stopped or got)
     finally:
-        if process.stop_received():
-            # Exiting after a stop: a repeat (the terminal's Ctrl-C, a
-            # scheduler's SIGTERM) has nothing to add, and must not turn
-            # the exit into a traceback or another code.
+        if process.stop_received() or _over:
+            # Exiting after a stop or a finished run: a repeat (the
+            # terminal's Ctrl-C, a scheduler's SIGTERM) has nothing to add,
+            # and must not turn the exit into a traceback or another code.
             for sig in process.STOP_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
         else:
@@ -245,6 +245,20 @@ def main(argv: List[str]) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(root)
     return code
+
+
+# Set once training returned: the run is over.
+_over = False
+
+
+def _training_over() -> None:
+    """A stop signal from now on has nothing to stop: it must neither be
+    taken for one before training (the handlers before training are back)
+    nor kill the finished run's exit with the signal."""
+    global _over
+    _over = True
+    for sig in process.STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class _StartupStopped(BaseException):
@@ -301,14 +315,17 @@ def _main() -> int:
         RunLock.check_free(root_dir)
         if num_processes > 1 or FLAGS.max_restarts:
             from alf.bin.launch import launch
-            return launch(train_parsed, (root_dir, ), num_processes,
+            code = launch(train_parsed, (root_dir, ), num_processes,
                           prog="alf.bin.train", backend=backend,
                           setup=(_parse_config,
                                  (gin_files, gin_params)),
                           max_restarts=FLAGS.max_restarts,
                           stop_grace=FLAGS.stop_grace,
                           timeout_hint=_timeout_text())
+            _training_over()
+            return code
         Trainer(root_dir).train()
+        _training_over()
     except TrainingInterrupted as e:
         logging.warning("%s", e)
         return e.exit_code

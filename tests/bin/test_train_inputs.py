@@ -231,3 +231,22 @@ def test_segments_for_an_off_policy_algorithm_are_refused_before_writing(
         "TrainerConfig.segment_length": "8"}),
         "TrainerConfig.segment_length=8 is for on-policy algorithms; "
         "DQNAlgorithm")
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_as_a_finished_run_exits_changes_nothing(tmp_path):
+    """Before, a SIGTERM landing once main had restored the default
+    handlers killed the finished run (exit -15), and one landing between
+    the training's return and that, with the handlers before training
+    back, said "SIGTERM before training started"."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(__file__)
+    res = subprocess.run(
+        [sys.executable, os.path.join(here, "late_stop.py"), "--gin_file",
+         "ppo_cart_pole.gin", "--root_dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=100)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["main", "0", "survived"], res.stdout
+    assert "before training" not in res.stderr
