@@ -3,7 +3,7 @@
 import re
 import signal
 import sys
-from typing import Callable, List
+from typing import Callable, List, NoReturn
 
 from absl import app, flags
 
@@ -32,7 +32,7 @@ def run(main: Callable[[List[str]], None], module_name: str) -> None:
     spec = getattr(sys.modules[module_name], "__spec__", None)
     prog = spec.name if spec is not None else module_name  # -m: __main__
 
-    def usage_error(error: Exception) -> None:
+    def usage_error(error: Exception) -> NoReturn:
         text = str(error)
         required = re.search(r"Flag (--\w+) must have a value other than "
                              r"None", text)
@@ -53,7 +53,6 @@ def run(main: Callable[[List[str]], None], module_name: str) -> None:
             return flags.FLAGS(argv)
         except flags.Error as e:
             usage_error(e)
-            raise  # not reached: for the type checker
 
     def guarded(argv: List[str]) -> None:
         try:

@@ -179,7 +179,15 @@ def run_signals_held() -> Iterator[None]:
     # SIGINT and SIGTERM (it blocks them for its own start) and the child
     # would not inherit the block.
     resource_tracker.ensure_running()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    with _blocked(_HELD):
+        yield
+
+
+@contextlib.contextmanager
+def _blocked(signals) -> Iterator[None]:
+    """Blocks ``signals`` in this thread; what arrives meanwhile is
+    delivered when the block ends."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     try:
         yield
     finally:
@@ -197,11 +205,8 @@ def import_torch() -> None:
     """
     if "torch" in sys.modules:
         return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
+    with _blocked(STOP_SIGNALS):
         import torch  # noqa: F401
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def release_run_signals() -> None:

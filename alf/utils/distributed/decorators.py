@@ -224,13 +224,6 @@ def _check_no_overlap(module: nn.Module, state: dict, name: str) -> None:
             "of it)")
 
 
-def _backward_inside(name: str, sign: str) -> DistributedError:
-    return DistributedError(
-        f"{name} backpropagated inside its data-distributed call ({sign}): "
-        "decorate the method that returns the loss, and call backward on "
-        "its result outside it")
-
-
 def _grad_versions(module: nn.Module) -> list:
     """Which gradient tensor each parameter has, and its version: a
     backward changes one or the other."""
@@ -268,7 +261,11 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
                 module, state["last"], performer.alf_auto_unused,
                 str(e)) from None
         if _READY_TWICE in str(e):  # a backward inside the method
-            raise _backward_inside(name, "DDP saw a gradient twice") from e
+            raise DistributedError(
+                f"{name} backpropagated inside its data-distributed call "
+                "(DDP saw a gradient twice): decorate the method that "
+                "returns the loss, and call backward on its result outside "
+                "it") from e
         raise
     finally:
         shared["active"] = None
