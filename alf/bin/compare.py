@@ -437,6 +437,38 @@ def run_all(jobs: Dict[Run, List[str]], root: str, parallel: int,
             proc.wait()
 
 
+def same_config_warning(root: str, a: Side, b: Side,
+                        seed: int) -> Optional[str]:
+    """A warning when both sides' runs of ``seed`` trained the same config
+    in as many processes, else None.
+
+    Gin accepts a binding for any registered configurable, called or not
+    (``PPOAlgorithm.learning_rate`` under a config that trains PPG): such
+    a side trains what the other does, and the verdict would only measure
+    seed noise. A run's ``config.gin`` is gin's operative config, the
+    bindings its learner used; one read only inside environment workers
+    would not show, hence a warning, not an error.
+    """
+    if a.processes != b.processes:
+        return None
+    paths = [os.path.join(root, side.name, f"seed{seed}", "config.gin")
+             for side in (a, b)]
+    try:
+        texts = []
+        for path in paths:
+            with open(path) as f:
+                texts.append(f.read())
+    except OSError:  # a run from before config.gin: nothing to compare
+        return None
+    if texts[0] != texts[1]:
+        return None
+    bindings = "; ".join([*a.params, *b.params]) or "their settings"
+    return (f"warning: {paths[0]} and {paths[1]} are the same: sides "
+            f"{a.name} and {b.name} trained one config, so {bindings} "
+            "changed nothing the learner used (a binding of a configurable "
+            "that this config never calls?)")
+
+
 def tolerance(metric: str, tol_abs: Optional[float]) -> float:
     """``--tol_abs``, or its default for the return; one in the units of
     any other metric must be given (25 return units would pass anything
@@ -542,6 +574,10 @@ def main(argv: List[str]) -> int:
                                                  f"seed{run[1]}"),
                                     csv_name, PROG)
             align({run: read[run]}, metric=metric, csv_name=csv_name)
+            if run[1] == 0 and all((s.name, 0) in read for s in sides):
+                warning = same_config_warning(root, a, b, 0)
+                if warning:
+                    print(warning, file=sys.stderr, flush=True)
 
         # A side's folder appears with its first run (none after a failure).
         run_all(jobs, root, parallel,

@@ -400,6 +400,7 @@ def test_end_to_end_two_settings(tmp_path):
     assert "ppo_cart_pole.gin, a vs b, 1 seed(s): 4 evaluation steps" in \
         res.stdout
     assert "\nverdict: a and b " in res.stdout
+    assert "warning" not in res.stderr, res.stderr  # their configs differ
     # Each side's runs got its bindings, in one process.
     for side, param in (("a", "minibatch_size=128"),
                         ("b", "learning_rate=3e-4")):
@@ -416,6 +417,39 @@ def test_end_to_end_two_settings(tmp_path):
         f"alf.bin.compare: error: {tmp_path / 'a'} holds runs of other "
         "settings"), other.stderr
     assert "reused" not in other.stdout and "trained" not in other.stdout
+
+
+def test_same_config_warning_only_for_alike_configs(tmp_path):
+    a = compare.Side("a", 1, ("DQNAlgorithm.learning_rate=3e-4",))
+    b = compare.Side("b", 1)
+    assert compare.same_config_warning(str(tmp_path), a, b, 0) is None
+    for name, text in (("a", "X.y = 1\n"), ("b", "X.y = 1\n")):
+        (tmp_path / name / "seed0").mkdir(parents=True)
+        (tmp_path / name / "seed0" / "config.gin").write_text(text)
+    said = compare.same_config_warning(str(tmp_path), a, b, 0)
+    assert said == (
+        f"warning: {tmp_path / 'a/seed0/config.gin'} and "
+        f"{tmp_path / 'b/seed0/config.gin'} are the same: sides a and b "
+        "trained one config, so DQNAlgorithm.learning_rate=3e-4 changed "
+        "nothing the learner used (a binding of a configurable that this "
+        "config never calls?)")
+    # As many processes only: 1 vs 2 processes are different runs.
+    assert compare.same_config_warning(
+        str(tmp_path), a, compare.Side("b", 2), 0) is None
+    (tmp_path / "b" / "seed0" / "config.gin").write_text("X.y = 2\n")
+    assert compare.same_config_warning(str(tmp_path), a, b, 0) is None
+
+
+@pytest.mark.timeout(300)
+def test_a_binding_the_config_never_calls_is_named(tmp_path):
+    # PPO's config builds no DQNAlgorithm: both sides train the same thing.
+    res = _run_tool(tmp_path, extra=[
+        "--b_param", "DQNAlgorithm.learning_rate=3e-4"])
+    assert res.returncode in (0, 3, 4), res.stdout + res.stderr
+    warnings = [x for x in res.stderr.splitlines() if "warning" in x]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"warning: {tmp_path / 'a/seed0/config.gin'} and "), res.stderr
+    assert "DQNAlgorithm.learning_rate=3e-4 changed nothing" in warnings[0]
 
 
 @pytest.mark.timeout(120)
