@@ -432,6 +432,8 @@ class Trainer:
         assert self._reporter is not None and self._run_state is not None
         if not self._owes_evaluation():
             return {}
+        # As a resume does: eval.csv's row may come from other bindings.
+        self._run_state.save_operative_config(self.env_steps)
         self._reporter.open(self.env_steps)
         result = self._evaluate(True, True)
         if self._owes_evaluation():  # stopped

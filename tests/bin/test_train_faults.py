@@ -162,13 +162,19 @@ def test_a_stop_or_kill_during_the_final_evaluation_loses_nothing(tmp_path,
         _assert_nothing_left(run, tmp_path)
     assert os.path.exists(root / "ckpt" / "ckpt-256.pt")
     assert not os.path.exists(root / "eval.csv")
-    again = Run(cmd, env=env, cwd=REPO)
+    config = (root / "config.gin").read_text()
+    # Evaluated with other bindings, as a resume records them.
+    again = Run(cmd + ["--gin_param", "TrainerConfig.num_eval_episodes=3"],
+                env=env, cwd=REPO)
     assert again.finish(timeout=120) == 0, again.out[-3000:]
     assert "without its final evaluation (stopped or killed); evaluating " \
         "it" in again.out, again.out[-3000:]
     assert "training on" not in again.out, again.out[-3000:]
     _assert_finished(root, 256)
     assert read_eval_csv(str(root / "eval.csv"))["env_steps"] == [256]
+    assert (root / "config.gin").read_text() == config
+    assert "TrainerConfig.num_eval_episodes = 3\n" in (
+        root / "config-resumed-256.gin").read_text()
 
 
 @pytest.mark.timeout(200)
