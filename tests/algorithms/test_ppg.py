@@ -84,8 +84,9 @@ def _unrolls(n):
     return out
 
 
-def _train_ppg(rank, world_size, iterations=4):
-    gin.bind_parameter("make_ddp_performer.find_unused_parameters", True)
+def _train_ppg(rank, world_size, iterations=4, find_unused=True):
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters",
+                       find_unused)
     alg = _ppg(world_size)
     activate_ddp(alg)
     cols = slice(rank * B // world_size, (rank + 1) * B // world_size)
@@ -106,9 +107,12 @@ def test_aux_phase_runs_every_aux_interval_iterations():
 
 
 @pytest.mark.timeout(120)
-def test_two_ranks_through_aux_phases_equal_one_process():
+@pytest.mark.parametrize("find_unused", [True, "auto"])
+def test_two_ranks_through_aux_phases_equal_one_process(find_unused):
+    """'auto' (the default) keeps the search the policy phase needs on
+    through the auxiliary phase, which uses every parameter."""
     phases, single = _train_ppg(0, 1)
-    ranks = values(run_ranks(_train_ppg, 2))
+    ranks = values(run_ranks(_train_ppg, 2, 4, find_unused))
     assert phases == 2 and all(r[0] == 2 for r in ranks)
     for name, ref in single.items():
         for _, state in ranks:

@@ -251,13 +251,21 @@ class ActorCritic(nn.Module):
     def critic_loss(self, x):
         return self.critic(x).square().mean()
 
+    @data_distributed
+    def both_loss(self, x):
+        """Uses every parameter (PPG's auxiliary phase)."""
+        return (self.actor(x).log_softmax(-1)[:, 0].mean() +
+                self.critic(x).square().mean())
 
-def _actor_critic(rank, world_size=2, summed=False, spare=False):
+
+def _actor_critic(rank, world_size=2, summed=False, spare=False,
+                  plan=None):
     """Gradients of 3 rounds of actor_loss then critic_loss, each with its
     own backward (``summed``: one backward of their sum), on rank
     ``rank``'s half of each batch (the whole batch with ``world_size`` 1);
     the methods whose first call was checked; this rank's absl log.
-    ``spare``: a layer that neither loss uses."""
+    ``spare``: a layer that neither loss uses. ``plan``: instead, each
+    round's backwards, each of the sum of the methods named."""
     torch.manual_seed(0)
     m = ActorCritic()
     if spare:
@@ -271,8 +279,9 @@ def _actor_critic(rank, world_size=2, summed=False, spare=False):
     g = torch.Generator().manual_seed(7)  # the same batches on every rank
     grads = []
     for _ in range(3):
-        for losses in ([(m.actor_loss, m.critic_loss)] if summed else
-                       [(m.actor_loss, ), (m.critic_loss, )]):
+        plan = plan or ([("actor_loss", "critic_loss")] if summed else
+                        [("actor_loss", ), ("critic_loss", )])
+        for losses in [[getattr(m, n) for n in names] for names in plan]:
             m.zero_grad(set_to_none=True)
             x = torch.randn(2, 6, 3, generator=g)
             x = x[rank] if world_size == 2 else x.flatten(0, 1)
@@ -318,6 +327,43 @@ def test_auto_two_methods_each_leaving_parameters_unused():
         "data-distributed method of ActorCritic (make_ddp_performer."
         "find_unused_parameters = 'auto'; set it to True to skip this "
         "first-call check)"]
+
+
+def test_auto_keeps_the_search_for_a_method_that_needs_it():
+    """A method that uses every parameter, with its own backward, after
+    one that needs the search (PPG's auxiliary phase after its policy
+    phase): the search stays on. It was turned off again, and the policy
+    phase's next call trained on each rank's own gradients."""
+    plan = [("actor_loss", ), ("both_loss", )]
+    ranks = values(run_ranks(_actor_critic, 2, False, False, plan))
+    _check_grads(ranks, _actor_critic(0, 1, plan=plan)[0])
+    (_, checked0, log0), (_, checked1, _) = ranks
+    assert checked0 == checked1 == ["ActorCritic.actor_loss",
+                                    "ActorCritic.both_loss"]
+    assert len(log0) == 1 and log0[0].startswith(
+        "ActorCritic.actor_loss leaves 4 parameter(s)"), log0
+
+
+def test_auto_keeps_the_search_for_a_backward_whose_last_output_uses_all():
+    """Search on, as actor_loss needs it, for critic_loss + both_loss in
+    one backward: DDP searches both_loss's output, which reaches every
+    parameter, so nothing is marked ready twice."""
+    plan = [("actor_loss", ), ("critic_loss", "both_loss")]
+    ranks = values(run_ranks(_actor_critic, 2, False, False, plan))
+    _check_grads(ranks, _actor_critic(0, 1, plan=plan)[0])
+
+
+def test_auto_refuses_a_backward_that_needs_the_search_off_and_on():
+    plan = [("actor_loss", ), ("both_loss", "critic_loss")]
+    for said in errors(run_ranks(_actor_critic, 2, False, False, plan),
+                       "DistributedError"):
+        assert said.startswith(
+            "ActorCritic.both_loss and ActorCritic.critic_loss are "
+            "backpropagated together, which needs DDP's unused-parameter "
+            "search off as the last leaves actor.0.weight, actor.0.bias, "
+            "actor.2.weight, actor.2.bias without gradient, while "
+            "ActorCritic.actor_loss leave(s) parameters without gradient, "
+            "which needs it on;"), said
 
 
 def test_auto_two_methods_backpropagated_together():

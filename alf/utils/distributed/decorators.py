@@ -163,6 +163,9 @@ def activate_ddp(module: nn.Module) -> None:
                                     # methods whose first call was checked
                                     # for unused parameters ('auto')
                                     "checked": set(),
+                                    # (as dict keys, in order) the checked
+                                    # methods that need DDP's search
+                                    "needs_search": {},
                                     "first_calls":
                                     unused_parameters.FirstCalls(),
                                     # the last method called through DDP
@@ -334,7 +337,28 @@ def _first_call(module: nn.Module, state: dict, name: str, method: Callable,
             "without gradient, which DDP cannot reduce; call backward after "
             "each data-distributed call, or compute the losses in one "
             "data-distributed method")
-    search = bool(found.unused)
+    # The search is on for all of a module's methods or for none: one
+    # that needs it keeps it on for the others, whose calls it only slows.
+    # In a backward of several methods' outputs DDP searches only the last
+    # one, and a parameter that it leaves but an earlier one reaches is
+    # "marked ready twice": there the search must be off, unless the last
+    # output reaches every parameter. What the earlier outputs left alone
+    # no longer counts.
+    needs = state["needs_search"]
+    for joined in found.joined:
+        needs.pop(joined, None)
+    if found.unused:
+        needs[name] = None
+    elif found.joint and needs and found.unused_alone:
+        raise DistributedError(
+            f"{together} are backpropagated together, which needs DDP's "
+            "unused-parameter search off as the last leaves "
+            f"{unused_parameters.describe(found.unused_alone)} without "
+            f"gradient, while {' and '.join(needs)} leave(s) parameters "
+            "without gradient, which needs it on; call backward after each "
+            "data-distributed call, or compute the losses in one "
+            "data-distributed method")
+    search = bool(needs)
     if search == state["performer"].find_unused_parameters:
         return _perform(module, state, name, lambda _module: output)
     old = state["performer"]

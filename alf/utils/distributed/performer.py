@@ -66,8 +66,13 @@ def make_ddp_performer(module: nn.Module,
             parameter without gradient on any rank (one all-reduce, first
             calls only), rank 0 logs the method and the parameters, and the
             module's DDP module is rebuilt with the search on, for all its
-            methods (off again if methods summed into one backward use
-            every parameter together). Calls after a method's first cost
+            methods; it stays on while other methods use every
+            parameter. Methods whose losses are summed into one backward
+            are judged together: DDP searches only the last output, so the
+            search goes off again if they use every parameter together,
+            unless another method needs it and the last output reaches
+            every parameter (else an error: it would have to be on and
+            off). Calls after a method's first cost
             nothing extra. A method whose first call reaches every
             parameter but a later call does not stops with a one-line
             error naming it; so does any such method under ``False``.

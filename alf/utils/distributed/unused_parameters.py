@@ -74,6 +74,9 @@ class Decision(NamedTuple):
     joined: List[str]
     #: Whether every rank was in the same call (method and call number).
     same_call: bool
+    #: Parameters that this output alone leaves without gradient on some
+    #: rank (``unused`` when not ``joint``).
+    unused_alone: List[str]
 
 
 class _Pending(NamedTuple):
@@ -133,7 +136,8 @@ class FirstCalls:
         joined = [e.name for e in self._pending]
         self._pending.append(entry)
         return Decision([n for (n, _), u in zip(params, mask) if u], joint,
-                        joined, bool(both[-2] == -both[-1]))
+                        joined, bool(both[-2] == -both[-1]),
+                        [n for (n, _), u in zip(params, got[:count]) if u])
 
 
 def _reached(done: List[bool], grad):
