@@ -1,5 +1,7 @@
 """Distributed contract tests with 2 real gloo processes (1 thread each)."""
+import copy
 import logging
+import pickle
 import subprocess
 import sys
 
@@ -507,6 +509,32 @@ def test_data_distributed_when_condition():
     assert torch.allclose(ddp0, torch.full((1, 2), 1.5))
     assert torch.allclose(local0, torch.full((1, 2), 1.0))
     assert torch.allclose(local1, torch.full((1, 2), 2.0))
+
+
+def _copies(rank):
+    torch.manual_seed(0)
+    m = Conditional()
+    activate_ddp(m)
+    x = torch.full((1, 2), float(rank + 1))
+    m.loss(x).backward()  # the DDP module exists now
+    grads = []
+    for c in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        c.zero_grad()
+        c.loss(x).backward()  # plain: this rank's own gradient
+        grads.append(c.lin.weight.grad.clone())
+    copy.deepcopy(m.lin)  # a submodule, as an old policy's network
+    m.zero_grad()
+    m.loss(x).backward()  # the original still averages
+    return grads, m.lin.weight.grad.clone()
+
+
+def test_copies_of_an_activated_module_are_plain_modules():
+    """deepcopy (an "old policy") and pickle: the DDP module, which cannot
+    be copied, and the algorithm it holds are left out."""
+    for rank, (copies, original) in enumerate(values(run_ranks(_copies))):
+        for grad in copies:
+            assert torch.allclose(grad, torch.full((1, 2), rank + 1.0))
+        assert torch.allclose(original, torch.full((1, 2), 1.5))
 
 
 def test_decorated_method_runs_untouched_in_one_process():

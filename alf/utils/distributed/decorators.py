@@ -132,6 +132,27 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
     return decorator
 
 
+def _no_state() -> None:
+    return None
+
+
+class _State(dict):
+    """A submodule's data-distributed state, which its copies do not get.
+
+    A deep copy of an activated module (``copy.deepcopy(self.actor)``, an
+    "old policy"; or a pickled one) is a plain module, whose decorated
+    methods run outside DDP: the state holds the DDP module over the
+    original's parameters, and the whole algorithm, which a deep copy
+    would duplicate (replay buffers included) and DDP cannot be copied.
+    """
+
+    def __deepcopy__(self, memo) -> None:
+        return None
+
+    def __reduce__(self):
+        return _no_state, ()
+
+
 def activate_ddp(module: nn.Module) -> None:
     """Enables the decorated methods of ``module`` and its submodules.
 
@@ -154,22 +175,15 @@ def activate_ddp(module: nn.Module) -> None:
     # call under way, inside which a decorated method runs as part of it.
     shared = {"calls": 0, "active": None, "root": module}
     for path, sub in module.named_modules():
-        sub.__dict__["_alf_ddp"] = {"performer": None, "hook": None,
-                                    "shared": shared,
-                                    # "" for the module activated
-                                    "path": path,
-                                    "methods": set(),
-                                    "check_order": call_order_check(),
-                                    # methods whose first call was checked
-                                    # for unused parameters ('auto')
-                                    "checked": set(),
-                                    # (as dict keys, in order) the checked
-                                    # methods that need DDP's search
-                                    "needs_search": {},
-                                    "first_calls":
-                                    unused_parameters.FirstCalls(),
-                                    # the last method called through DDP
-                                    "last": None}
+        sub.__dict__["_alf_ddp"] = _State(
+            performer=None, hook=None, shared=shared,
+            path=path,  # "" for the module activated
+            methods=set(), check_order=call_order_check(),
+            # methods whose first call was checked for unused parameters
+            # ('auto'), and those of them (in order) that need DDP's search
+            checked=set(), needs_search={},
+            first_calls=unused_parameters.FirstCalls(),
+            last=None)  # the last method called through DDP
     tensors = [t for _, t in synced_state(module)]
     with torch.no_grad():
         for t in tensors:
