@@ -276,6 +276,13 @@ class Trainer:
                 last_eval = self._end_iteration(stats) or last_eval
             self.steps_per_second = self._reporter.steps_per_second(
                 self.env_steps)
+        except RuntimeError as e:
+            # The call-order check's error, which torch wraps with a stack
+            # when a gradient all-reduce's callback raises it.
+            wrapped = distributed.raised_in_callback(e)
+            if wrapped is None:
+                raise
+            raise wrapped from None
         except KeyboardInterrupt:
             if not finished:  # every rank is here (the ranks agreed)
                 self._summarize()

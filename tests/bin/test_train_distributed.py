@@ -187,6 +187,32 @@ def test_user_algorithm_whose_losses_leave_parameters_unused(tmp_path,
 
 
 @pytest.mark.timeout(200)
+def test_a_misused_decorator_is_one_line_and_not_retried(tmp_path):
+    """tests/bin/misused_ddp.py decorates a method of a module without
+    parameters: a DistributedError, the algorithm's mistake, which a
+    restart would repeat. It was a crash: each rank's traceback, then every
+    restart of --max_restarts failing the same way."""
+    here = os.path.dirname(__file__)
+    gin_file = tmp_path / "misused.gin"
+    gin_file.write_text(f"include '{here}/two_loss_a2c.gin'\n"
+                        "import misused_ddp\n"
+                        "TrainerConfig.algorithm_ctor = @MisusedDDPA2C\n")
+    res = _run(_cmd(tmp_path / "run", ["TrainerConfig.num_env_steps=1024"],
+                    gin_file=str(gin_file), extra=MP + ["--max_restarts", "1"]),
+               env=dict(os.environ, PYTHONPATH=here))
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "restart" not in res.stderr, \
+        res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines()
+              if "error" in line.lower()]
+    assert errors == [
+        "alf.bin.train: error: @data_distributed on Doubler.scale: Doubler "
+        "has no trainable parameters for DDP to average; decorate a method "
+        "of the module that holds them (e.g. the algorithm's loss)"], \
+        res.stderr[-3000:]
+
+
+@pytest.mark.timeout(200)
 def test_torchrun_standalone_trains(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc_per_node", "2", "-m", "alf.bin.train", "--gin_file",

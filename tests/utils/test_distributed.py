@@ -461,6 +461,34 @@ def test_mismatched_call_order_raises_naming_methods_and_ranks():
     assert "rank 1, DDP call #1 ran TwoMethods.second," in msgs
 
 
+def _call_order_unwrapped(rank):
+    # Not 'auto', whose first-call check would see it outside backward.
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters", False)
+    try:
+        _call_order(rank, True)
+    except RuntimeError as e:
+        wrapped = distributed.raised_in_callback(e)
+        return type(wrapped).__name__, str(wrapped), wrapped.retryable
+    return None
+
+
+def test_a_call_order_error_raised_in_backward_is_unwrapped():
+    """torch re-raises the hook's error as a RuntimeError quoting it with
+    the callback's stack; the trainer raises the DistributedError itself,
+    an AlfError (one line, not retried)."""
+    for rank, (kind, said, retryable) in enumerate(
+            values(run_ranks(_call_order_unwrapped, timeout=60))):
+        method = "TwoMethods.first" if rank == 0 else "TwoMethods.second"
+        assert kind == "DistributedError" and not retryable
+        assert said == (
+            f"call order differs across ranks: on rank {rank}, DDP call #1 "
+            f"ran {method}, while another rank ran a different method, "
+            "module or call number; every rank must call the "
+            "data-distributed methods of the algorithm and its modules in "
+            "the same order"), said
+    assert distributed.raised_in_callback(RuntimeError("other")) is None
+
+
 def _call_order_off(rank):
     gin.bind_parameter("call_order_check.enabled", False)
     return _call_order(rank, True)

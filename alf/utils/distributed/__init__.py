@@ -29,7 +29,8 @@ the code that calls it through this package (``distributed.get_rank()``),
 not this package's own modules, which import each other's names directly.
 """
 from alf.utils.distributed.checks import (DistributedError, call_order_check,
-                                          check_weights_equal)
+                                          check_weights_equal,
+                                          raised_in_callback)
 from alf.utils.distributed.collectives import (all_reduce_max,
                                                all_reduce_mean,
                                                all_reduce_sum, any_rank,
@@ -59,5 +60,5 @@ __all__ = [
     "local_device", "uses_gpus", "collective_timeout", "rendezvous_file",
     "remove_rendezvous", "is_peer_failure", "peer_failure_reason", "store",
     "silent_ranks", "call_order_check", "FIND_UNUSED_PARAMETERS",
-    "synced_state"
+    "synced_state", "raised_in_callback"
 ]

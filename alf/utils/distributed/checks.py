@@ -16,10 +16,34 @@ from torch import nn
 from alf.utils.distributed.collectives import all_reduce_max
 from alf.utils.distributed.group import get_rank, is_distributed
 from alf.utils.distributed.rank_local import synced_state
+from alf.utils.errors import AlfError
 
 
-class DistributedError(RuntimeError):
-    """Ranks disagree (call order, weights): training cannot go on."""
+class DistributedError(AlfError, RuntimeError):
+    """Ranks disagree (call order, weights), or an algorithm uses its
+    data-distributed methods in a way DDP cannot serve: training cannot go
+    on, and a restart from the last checkpoint would fail the same way
+    (the algorithm's code is the input), so ``--max_restarts`` does not
+    retry it."""
+
+
+# How torch wraps an error raised in a future's callback (the call-order
+# check runs in the gradient all-reduce's), before the callback's stack.
+_IN_CALLBACK = "Got the following error when running the callback: "
+
+
+def raised_in_callback(error: BaseException) -> Optional[DistributedError]:
+    """The `DistributedError` that ``error`` wraps, when a DDP hook's
+    callback raised it during backward (torch re-raises it as a
+    ``RuntimeError`` that quotes it, with the callback's stack); else None.
+    """
+    text = str(error)
+    start = text.find(_IN_CALLBACK + DistributedError.__name__ + ": ")
+    if not isinstance(error, RuntimeError) or start < 0:
+        return None
+    said = text[start + len(_IN_CALLBACK) + len(DistributedError.__name__)
+                + 2:]
+    return DistributedError(said.split("\n\nAt:")[0].strip())
 
 
 # Registered under the package's name, the path users import it from.
