@@ -166,10 +166,15 @@ def _check_values() -> None:
             value = gin.query_parameter(binding)
         except ValueError:
             continue
+        written = str(value)
+        while str(value).startswith("%"):  # a macro (gin evaluates it)
+            value = gin.query_parameter(str(value))
         if getattr(value, "evaluate", False):  # `@X()`: gin calls X itself
             name = str(value)[:-2]
+            if written != str(value):
+                written += f" ({value})"
             raise ConfigError(
-                f"bad gin configuration: {binding} = {value}; bind {name} "
+                f"bad gin configuration: {binding} = {written}; bind {name} "
                 f"itself, without (): the trainer calls it with what it "
                 "needs (the spaces, the environments' count and seed)")
 

@@ -110,6 +110,22 @@ def test_a_called_reference_where_the_trainer_calls_is_one_line(binding):
         parse_config([EXAMPLE], [binding])
 
 
+def test_a_macro_where_the_trainer_calls_is_what_it_stands_for():
+    """`ALG = @PPOAlgorithm` then `algorithm_ctor = %ALG` is a reference,
+    not a call: it was refused as `@X()`, naming '%A'."""
+    parse_config([EXAMPLE], ["ALG = @PPOAlgorithm", "OTHER = %ALG",
+                             "TrainerConfig.algorithm_ctor = %OTHER"])
+    from alf.algorithms.ppo_algorithm import PPOAlgorithm
+    assert gin.query_parameter("TrainerConfig.algorithm_ctor") is not None
+    assert alf.trainers.TrainerConfig().algorithm_ctor is PPOAlgorithm
+    with pytest.raises(ConfigError, match=re.escape(
+            "TrainerConfig.algorithm_ctor = %CALLED (@PPOAlgorithm()); bind "
+            "@PPOAlgorithm "
+            "itself, without ()")):
+        parse_config([EXAMPLE], ["CALLED = @PPOAlgorithm()",
+                                 "TrainerConfig.algorithm_ctor = %CALLED"])
+
+
 @pytest.mark.parametrize("code, raised", [
     ("y = undefined_name + 1\n", NameError),
     ("import no_such_package_z\n", ImportError),
