@@ -372,6 +372,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def free_space_hint(path: str) -> str:
+    """How much space is left beside ``path``, for an error's message."""
+    try:
+        stat = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return "a full disk?"
+    return f"{stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free there"
+
+
 class _VideoWriter:
     """Writes frames as they come as a GIF (Pillow) or an MP4 (imageio +
     ffmpeg, the ``video`` extra), holding one frame at a time.
@@ -428,18 +437,52 @@ class _VideoWriter:
         tick = self.count % frame.shape[1]
         frame[-3:, :tick + 1] = 255
         frame[-3:, tick + 1:] = 0
-        self._out.append_data(frame)
+        try:
+            self._out.append_data(frame)
+        except OSError as e:  # a full disk; ffmpeg gone (a broken pipe)
+            raise self._failed(e) from None
         self.count += 1
 
     def close(self) -> None:
-        """Finishes the file and renames it to ``path``."""
+        """Finishes the file, checks it and renames it to ``path``.
+
+        Raises:
+            ConfigError: if the video could not be written whole (a full
+                disk); ``path`` stays as it was.
+        """
         try:
-            self._out.close()
+            try:
+                self._out.close()
+                self._check()
+            except OSError as e:
+                raise self._failed(e) from None
             os.chmod(self._tmp, self._mode)
             os.replace(self._tmp, self.path)
         except BaseException:
             self.abort()
             raise
+
+    def _check(self) -> None:
+        """Refuses an MP4 that ffmpeg did not finish: imageio ignores
+        ffmpeg's exit status, and one that could not write its trailer (a
+        full disk) leaves a file no player opens."""
+        if not self._tmp.endswith(".mp4"):
+            return  # Pillow's and the GIF stream's writes raise themselves
+        import imageio_ffmpeg
+        try:
+            frames, _ = imageio_ffmpeg.count_frames_and_secs(self._tmp)
+        except (RuntimeError, OSError) as e:
+            raise OSError(errno.EIO, "ffmpeg could not finish it, "
+                          f"{free_space_hint(self._tmp)}") from e
+        if frames != self.count:
+            raise OSError(errno.EIO, f"it holds {frames} of its "
+                          f"{self.count} frames, {free_space_hint(self._tmp)}")
+
+    def _failed(self, error: OSError) -> ConfigError:
+        reason = error.strerror or one_line(error)
+        return ConfigError(f"--record_file={self.path!r} could not be "
+                           f"written ({reason}); a file already there is "
+                           "kept")
 
     def abort(self) -> None:
         """Removes the temporary file; ``path`` stays as it was."""

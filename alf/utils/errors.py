@@ -70,10 +70,11 @@ def run_cli(prog: str, fn: Callable[..., T], *args, **kwargs) -> T:
     """``fn(*args, **kwargs)`` for a command-line tool: an `AlfError` is
     its one line on stderr (``prog: error: message``, as every alf.bin
     command says it) and exit code 1, Ctrl-C is ``prog: interrupted`` and
-    exit code 130."""
+    exit code 130. So is an `OSError` (a full disk, a file that cannot be
+    read), whose message names the file."""
     try:
         return fn(*args, **kwargs)
-    except AlfError as e:
+    except (AlfError, OSError) as e:
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

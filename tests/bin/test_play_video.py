@@ -2,6 +2,7 @@
 flat however long the play), to a temporary file renamed into place only
 at the end (a failed or interrupted play leaves nothing under the user's
 name). Playing a run into a video: test_play.py."""
+import errno
 import gc
 import os
 import tracemalloc
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from alf.bin.play import _VideoWriter
+from alf.utils.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -97,6 +99,55 @@ def test_an_aborted_video_leaves_no_file(tmp_path, ext):
     writer.close()
     writer.abort()  # after close: nothing to do
     assert _count_frames(path) == 1
+    assert os.listdir(tmp_path) == [path.name]
+
+
+def _cut_after_close(writer):
+    """Cuts the temporary file in half once its writer closed, as a disk
+    that filled while ffmpeg wrote the trailer leaves it (imageio ignores
+    ffmpeg's exit status)."""
+    close = writer._out.close
+
+    def cut():
+        close()
+        with open(writer._tmp, "r+b") as f:
+            f.truncate(os.path.getsize(writer._tmp) // 2)
+
+    writer._out.close = cut
+
+
+def _fail_writes(writer):
+    def full(frame):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    writer._out.append_data = full
+
+
+@pytest.mark.parametrize("ext, damage", [(".mp4", _cut_after_close),
+                                         (".gif", _fail_writes),
+                                         (".mp4", _fail_writes)])
+def test_a_video_that_could_not_be_written_whole_is_an_error(tmp_path, ext,
+                                                             damage):
+    """It printed 'wrote' and exited 0, and put an MP4 no player opens in
+    place of the user's video; a GIF's full disk was a traceback."""
+    path = tmp_path / f"v{ext}"
+    path.write_bytes(b"a good video")
+    writer = _VideoWriter(str(path), fps=30)
+    for frame in _frames(20):
+        writer.add(frame)
+    damage(writer)
+    with pytest.raises(ConfigError) as info:
+        try:  # as play does
+            writer.add(next(_frames(1)))
+            writer.close()
+        finally:
+            writer.abort()
+    said = str(info.value)
+    assert said.startswith(f"--record_file={str(path)!r} could not be "
+                           "written ("), said
+    assert said.endswith("); a file already there is kept"), said
+    assert "\n" not in said
+    assert path.read_bytes() == b"a good video"
     assert os.listdir(tmp_path) == [path.name]
 
 

@@ -39,8 +39,13 @@ def test_run_cli_returns_or_exits_with_one_line(capsys):
     def interrupted():
         raise KeyboardInterrupt
 
+    def full():  # a GIF's write on a full disk
+        raise OSError(28, "No space left on device", "out.gif")
+
     for fn, code, line in ((bad, 1, "tool: error: --x=3; valid: 1 or 2"),
-                           (interrupted, 130, "tool: interrupted")):
+                           (interrupted, 130, "tool: interrupted"),
+                           (full, 1, "tool: error: [Errno 28] No space left "
+                            "on device: 'out.gif'")):
         with pytest.raises(SystemExit) as exit_info:
             run_cli("tool", fn)
         assert exit_info.value.code == code
