@@ -142,6 +142,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     FLAGS = flags.FLAGS
+    cli.exit_on_stop_signals("alf.bin.calibrate")
     candidates = run_cli("alf.bin.calibrate", parse_offsets,
                          FLAGS.offsets or [])
     best, checked = run_cli("alf.bin.calibrate", calibrate, FLAGS.root_dir,

@@ -82,6 +82,23 @@ def interrupt_on_stop_signals() -> None:
         signal.signal(sig, stop)
 
 
+def exit_on_stop_signals(prog: str) -> None:
+    """Makes SIGTERM and SIGHUP end this tool with the shell's exit code
+    (128 + the signal) after one line, ``prog: SIGTERM: stopped``,
+    unwinding as Ctrl-C does (so that `finally` blocks remove what was
+    half written). For tools that start no processes of their own;
+    without it a scheduler's SIGTERM ended the tool silently."""
+    from alf.utils import process
+
+    def stop(signum, frame):
+        print(f"{prog}: {process.signal_name(signum)}: stopped",
+              file=sys.stderr)
+        raise SystemExit(process.exit_code_for(signum))
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def exit_code_for_interrupt() -> int:
     """128 + the signal that interrupted the tool (SIGINT's 130 for
     Ctrl-C)."""

@@ -44,7 +44,6 @@ import inspect
 import math
 import os
 import re
-import signal
 import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -567,21 +566,12 @@ def _split(split: str, held_out: bool) -> str:
     return "held_out" if held_out else split
 
 
-def _stopped(signum, frame):
-    """SIGTERM or SIGHUP: unwinds as Ctrl-C does (a video being written is
-    removed, an existing one kept), with the shell's exit code."""
-    from alf.utils import process
-    print(f"alf.bin.play: {process.signal_name(signum)}: stopped",
-          file=sys.stderr)
-    raise SystemExit(process.exit_code_for(signum))
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     FLAGS = flags.FLAGS
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stopped)
+    # A video being written is removed, an existing one kept.
+    cli.exit_on_stop_signals("alf.bin.play")
     rows = run_cli("alf.bin.play", play, FLAGS.root_dir, FLAGS.checkpoint,
                    FLAGS.num_episodes, FLAGS.sampling, FLAGS.record_file,
                    FLAGS.gin_param or (), FLAGS.seed, FLAGS.fps,

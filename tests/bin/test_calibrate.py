@@ -191,3 +191,29 @@ def test_a_run_that_calibrates_as_it_goes_replays_its_last_choice(
     rows = {float(m.group(1)): float(m.group(2)) for m in re.finditer(
         r"^\s*0=([-+.\d]+)\s+(-?[\d.]+)", out.stdout, re.M)}
     assert rows == pytest.approx(played, abs=1e-3)
+
+
+@pytest.mark.parametrize("sig_name", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_is_one_line_and_the_shells_code(pendulum_run,
+                                                       sig_name):
+    """It died on the signal, silently (exit -15), where play says it
+    stopped."""
+    import signal
+    import time
+    sig = getattr(signal, sig_name)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alf.bin.calibrate", "--root_dir",
+         str(pendulum_run), "--offsets",
+         "0=" + ",".join(f"{x / 100:.2f}" for x in range(-40, 40)),
+         "--num_episodes", "5"], cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(8)  # importing torch, then playing candidates
+        assert proc.poll() is None
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1] == \
+        f"alf.bin.calibrate: {sig_name}: stopped", err
