@@ -105,16 +105,25 @@ def checkpoint_path(root_dir: str, which: str) -> str:
     return _checkpoint(root_dir, which)[0]
 
 
-def load_algorithm(cfg, path: str, observation_space, action_space):
-    """``cfg``'s algorithm (a `TrainerConfig`) for these spaces, with the
-    checkpoint file ``path``'s weights, in eval mode."""
+def read_checkpoint(path: str) -> dict:
+    """The checkpoint file ``path``, checked to be a trainer's.
+
+    Raises:
+        CheckpointError: naming the file and why it cannot be played.
+    """
     from alf.trainers.checkpointer import Checkpointer
-    from alf.trainers.run_state import CHECKPOINT_LAYOUT, load_weights
+    from alf.trainers.run_state import CHECKPOINT_LAYOUT
+    return Checkpointer.load(path, CHECKPOINT_LAYOUT, advice=PLAY_ADVICE)
+
+
+def load_algorithm(cfg, state: dict, path: str, observation_space,
+                   action_space):
+    """``cfg``'s algorithm (a `TrainerConfig`) for these spaces, with the
+    weights of ``state`` (`read_checkpoint` of ``path``), in eval mode."""
+    from alf.trainers.run_state import load_weights
     algorithm = cfg.algorithm_ctor(observation_space=observation_space,
                                    action_space=action_space, config=cfg)
-    load_weights(algorithm, Checkpointer.load(
-        path, CHECKPOINT_LAYOUT, advice=PLAY_ADVICE)["algorithm"], path,
-                 PLAY_ADVICE)
+    load_weights(algorithm, state["algorithm"], path, PLAY_ADVICE)
     algorithm.eval()
     return algorithm
 
@@ -190,11 +199,22 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     """
     if seed is not None and seed < 0:  # the CLI's flag refuses it too
         raise ConfigError(f"--seed={seed}: a seed is 0 or more")
-    path, cfg, load_fn = open_run(root_dir, checkpoint, split, gin_params)
+    from alf.utils.errors import CheckpointError
+    for tries_left in (2, 1, 0):
+        path, cfg, load_fn = open_run(root_dir, checkpoint, split,
+                                      gin_params)
+        try:  # now: a run still training removes its older checkpoints
+            state = read_checkpoint(path)
+            break
+        except CheckpointError:
+            if (checkpoint != "latest" or not tries_left
+                    or os.path.exists(path)):
+                raise
+            # That training just saved a newer one: play it instead.
     writer = _VideoWriter(record_file, fps) if record_file else None
     try:
-        rows = _play(cfg, path, load_fn, num_episodes, sampling, writer,
-                     seed, act)
+        rows = _play(cfg, state, path, load_fn, num_episodes, sampling,
+                     writer, seed, act)
         if writer:
             writer.close()
     finally:
@@ -203,10 +223,12 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     return rows
 
 
-def _play(cfg, path: str, load_fn, num_episodes: int, sampling: bool,
-          writer: Optional["_VideoWriter"], seed: Optional[int],
-          act: Optional[Callable]) -> List[Dict[str, float]]:
-    """`play`'s episodes, once the run is open and the video started."""
+def _play(cfg, state: dict, path: str, load_fn, num_episodes: int,
+          sampling: bool, writer: Optional["_VideoWriter"],
+          seed: Optional[int], act: Optional[Callable]
+          ) -> List[Dict[str, float]]:
+    """`play`'s episodes, once the run is open (``state``: the checkpoint
+    file ``path``) and the video started."""
     from alf.environments import env_fn
     from alf.environments.batched import check_environment
     from alf.trainers import seeds
@@ -239,7 +261,7 @@ def _play(cfg, path: str, load_fn, num_episodes: int, sampling: bool,
     check_environment(env, load_fn)
     assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:
-        algorithm = load_algorithm(cfg, path, env.observation_space,
+        algorithm = load_algorithm(cfg, state, path, env.observation_space,
                                    env.action_space)
         return [_episode(env, algorithm, seed + e, sampling, writer, act)
                 for e in range(num_episodes)]

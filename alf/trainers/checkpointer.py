@@ -269,6 +269,15 @@ class Checkpointer:
         """
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError as e:
+            raise CheckpointError(
+                f"checkpoint {path} is gone (a run still training keeps "
+                "only its last TrainerConfig.max_checkpoints); "
+                f"{advice or _resume_advice(path)}") from e
+        except OSError as e:  # not the file's content: say what it is
+            raise CheckpointError(
+                f"checkpoint {path} cannot be read ({e.strerror or e}); "
+                f"{advice or _resume_advice(path)}") from e
         except Exception as e:  # noqa: BLE001 - any failure means unusable
             raise CheckpointError(
                 f"checkpoint {path} is unreadable ({type(e).__name__}: not a "

@@ -384,3 +384,43 @@ def test_recording_needs_a_render_argument_of_the_load_function():
     assert _takes(straggler.straggler_load, "render")
     assert _takes(gin.external_configurable(mine, "mine_q"), "render") is \
         False
+
+
+def test_latest_removed_as_play_opens_it_plays_the_new_latest(cart_pole_run,
+                                                              tmp_path):
+    """A run still training saves a checkpoint and removes its oldest
+    between play's listing and its reading: play said the checkpoint was
+    'corrupt'. Now 'latest' is looked up again; a named one that is gone
+    says so."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(cart_pole_run, run)
+    shutil.copy(run / "ckpt" / "ckpt-1024.pt", run / "ckpt" / "ckpt-512.pt")
+    script = f"""
+import os
+import alf.bin.play as play_module
+read = play_module.read_checkpoint
+opened = []
+def rotated(path):
+    opened.append(os.path.basename(path))
+    if len(opened) == 1:
+        os.remove(path)  # as the training's rotation would
+    return read(path)
+play_module.read_checkpoint = rotated
+rows = play_module.play({str(run)!r}, num_episodes=1)
+print(opened, len(rows))
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, timeout=150, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "['ckpt-1024.pt', 'ckpt-512.pt'] 1"
+    res = _play(run, "--checkpoint", "512")
+    assert res.returncode == 0, res.stderr[-3000:]
+    os.remove(run / "ckpt" / "ckpt-512.pt")
+    (run / "ckpt" / "ckpt-512.pt").mkdir()  # listed, but not a file
+    res = _play(run, "--checkpoint", "512")
+    assert res.returncode == 1
+    assert res.stderr == (
+        f"alf.bin.play: error: checkpoint {run}/ckpt/ckpt-512.pt cannot be "
+        "read (Is a directory); play another (--checkpoint latest, best or "
+        "an env-step count) or with the config it was trained with\n")

@@ -92,6 +92,22 @@ def test_load_garbage_raises_and_keeps_file(tmp_path, content):
     assert path.read_bytes() == content  # left untouched
 
 
+def test_load_of_a_file_gone_or_not_a_file_says_so(tmp_path):
+    """Not 'corrupt': the file was removed (a run still training rotates
+    its checkpoints) or is a folder."""
+    path = tmp_path / "ckpt-10.pt"
+    with pytest.raises(CheckpointError) as info:
+        Checkpointer.load(str(path), advice="play another")
+    assert str(info.value) == (
+        f"checkpoint {path} is gone (a run still training keeps only its "
+        "last TrainerConfig.max_checkpoints); play another")
+    path.mkdir()
+    with pytest.raises(CheckpointError) as info:
+        Checkpointer.load(str(path), advice="play another")
+    assert str(info.value) == (
+        f"checkpoint {path} cannot be read (Is a directory); play another")
+
+
 def test_load_truncated_checkpoint_raises(tmp_path):
     c = Checkpointer(str(tmp_path))
     path = c.save(_state(3), 3)
