@@ -315,10 +315,16 @@ def read_curves(run_dir: str, csv_name: str, prog: str = "alf"
         raise AlfError(f"{path} does not exist{hint}")
     skipped: List[str] = []
     curves = read_eval_csv(path, skipped)
+    warn_skipped(prog, path, skipped)
+    return curves
+
+
+def warn_skipped(prog: str, path: str, skipped: Sequence[str]) -> None:
+    """Names, in one line on stderr, the rows of ``path`` that a reader
+    left out (see `alf.trainers.evaluator.read_csv_rows`)."""
     if skipped:
         n, shown = len(skipped), ", ".join(skipped[:_SHOWN])
         more = f" and {n - _SHOWN} more" if n > _SHOWN else ""
         print(f"{prog}: warning: skipped {n} incomplete or non-numeric "
               f"row{'s' if n > 1 else ''} of {path} ({shown}{more})",
               file=sys.stderr, flush=True)
-    return curves

@@ -41,7 +41,8 @@ import numpy as np
 from absl import app, flags
 
 from alf.bin import cli
-from alf.bin.curves import CALIBRATION_CSV, EVAL_CSV, HELD_OUT_CSV, read_curves
+from alf.bin.curves import (CALIBRATION_CSV, EVAL_CSV, HELD_OUT_CSV,
+                            read_curves, warn_skipped)
 from alf.utils.errors import AlfError, one_line
 
 PROG = "alf.bin.report"
@@ -271,8 +272,10 @@ def calibration_rows(run_dir: str, metrics: Sequence[str],
     if not os.path.isfile(path):
         raise AlfError(f"--calibration: {path} does not exist (the run "
                        "did not set TrainerConfig.calibrate_offsets)")
-    with open(path, newline="") as f:
-        played = list(csv.DictReader(f))
+    from alf.trainers.evaluator import read_csv_rows
+    skipped: List[str] = []
+    played = read_csv_rows(path, skipped)  # a crash may cut the last row
+    warn_skipped(PROG, path, skipped)
     columns = sorted((c for c in (played[0] if played else ())
                       if c.startswith("offset_")),
                      key=lambda c: int(c[len("offset_"):]))
@@ -282,17 +285,14 @@ def calibration_rows(run_dir: str, metrics: Sequence[str],
         if played and m not in played[0]:
             raise AlfError(f"--calibration: {path} has no {m!r} column")
     scores: Dict[Tuple[float, ...], Dict[str, Dict[int, float]]] = {}
-    def number(text: Optional[str]) -> float:
-        # Empty where a column came after the row (a resumed run that
-        # calibrates more dimensions widens the file).
-        return float(text) if text else math.nan
-
     for r in played:
-        offsets = tuple(number(r[c]) for c in columns)
+        # NaN where a column came after the row (a resumed run that
+        # calibrates more dimensions widens the file).
+        offsets = tuple(r[c] for c in columns)
         for m in metrics:
             # A step calibrated twice (a resumed run) keeps the later row.
             scores.setdefault(offsets, {}).setdefault(m, {})[
-                int(float(r["env_steps"]))] = number(r[m])
+                int(r["env_steps"])] = r[m]
     rows = []
     for m in metrics:
         for offsets in sorted(scores):

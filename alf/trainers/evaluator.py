@@ -5,7 +5,7 @@ import math
 import os
 import time
 from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
-                    Union)
+                    Union, cast)
 
 import numpy as np
 import torch
@@ -648,7 +648,22 @@ def read_eval_csv(path: str, skipped: Optional[List[str]] = None
             ``"env_steps 6144"``, or ``"line 7"`` where its env steps cannot
             be read either, for the caller to say what it did not use.
     """
-    rows: Dict[int, Dict[str, Optional[float]]] = {}
+    rows = {int(r["env_steps"]): r for r in read_csv_rows(path, skipped)}
+    steps = sorted(rows)
+    cols = rows[steps[0]].keys() if steps else EVAL_CSV_COLUMNS
+    return {c: [rows[s][c] for s in steps] for c in cols}
+
+
+def read_csv_rows(path: str, skipped: Optional[List[str]] = None
+                  ) -> List[Dict[str, float]]:
+    """The rows of a csv file that alf writes with an ``env_steps`` column
+    (``eval.csv``, ``calibration.csv``), in order, as column -> float (NaN
+    where empty). A row that cannot be read (cut short by a crash: fields
+    missing; or a value that is not a number) is left out and, if
+    ``skipped`` is given, appended to it as ``"env_steps 6144"``, or
+    ``"line 7"`` where its env steps cannot be read either.
+    """
+    rows = []
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         for r in reader:
@@ -660,13 +675,11 @@ def read_eval_csv(path: str, skipped: Optional[List[str]] = None
             values = {c: _number(v) for c, v in r.items() if c is not None}
             if (step is not None and None not in r
                     and None not in values.values()):
-                rows[int(step)] = values
+                rows.append(cast(Dict[str, float], values))
             elif skipped is not None:
                 skipped.append(f"line {reader.line_num}" if step is None
                                else f"env_steps {int(step)}")
-    steps = sorted(rows)
-    cols = rows[steps[0]].keys() if steps else EVAL_CSV_COLUMNS
-    return {c: [rows[s][c] for s in steps] for c in cols}
+    return rows
 
 
 def _number(text: Optional[str]) -> Optional[float]:

@@ -100,6 +100,26 @@ def test_calibration_rows_are_each_candidates_scores(tmp_path):
     assert zero == pytest.approx([0.4, 0.6, 0.7])
 
 
+def test_calibration_rows_a_crash_cut_or_garbage_are_skipped(tmp_path,
+                                                             capsys):
+    """A row cut short became a candidate of its own (offset -129, say),
+    and a line of garbage was a traceback."""
+    run = _run(tmp_path)
+    _write_calibration(run, [(1000, 1.0, 1, 0.0, 0.4),
+                             (1000, 0.5, 0, -0.2, 0.3)])
+    with open(os.path.join(run, "calibration.csv"), "a") as f:
+        f.write("3000,-129\ngarbage\n")
+    with open(os.path.join(run, "eval.csv"), "w") as f:
+        f.write("env_steps,route_completion\n1000,0.1\n")
+    _, rows = report.report_rows(run, ["route_completion"], calibration=True)
+    assert [r.split for r in rows[2:]] == ["calibration, offset 1=-0.2",
+                                           "calibration, offset 1=+0"]
+    path = os.path.join(run, "calibration.csv")
+    assert capsys.readouterr().err == (
+        f"alf.bin.report: warning: skipped 2 incomplete or non-numeric rows "
+        f"of {path} (env_steps 3000, line 5)\n")
+
+
 def test_calibration_rows_from_before_a_widening_resume_read(tmp_path):
     # A resume that calibrates a second dimension widens calibration.csv;
     # the earlier rows have empty fields there.
