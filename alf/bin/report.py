@@ -88,13 +88,22 @@ def _binding(config: str, name: str, whole_line: bool = False
     """The value ``name`` is bound to in the saved config file ``config``
     (a run's config.gin or config-resumed-S.gin), as written (None when
     the file or the binding is missing): its first word, or with
-    ``whole_line`` the rest of the line (a tuple's spaces)."""
+    ``whole_line`` the rest of the line (a tuple's spaces). A macro
+    (``%FRAC``) is read as the value it stands for: gin's operative
+    config lists the macros' own lines, ``FRAC = 0.5``, first."""
     if not os.path.isfile(config):
         return None
     with open(config) as f:
-        value = r"(.*?)\s*$" if whole_line else r"(\S+)"
-        m = re.search(rf"^{re.escape(name)}\s*=\s*{value}", f.read(), re.M)
-    return None if m is None else m.group(1)
+        text = f.read()
+    value = r"(.*?)\s*$" if whole_line else r"(\S+)"
+    seen = set()
+    while name not in seen:  # (a loop of macros gin would refuse)
+        seen.add(name)
+        m = re.search(rf"^{re.escape(name)}\s*=\s*{value}", text, re.M)
+        if m is None or not m.group(1).startswith("%"):
+            return None if m is None else m.group(1)
+        name = m.group(1)[1:]
+    return None
 
 
 def run_configs(run_dir: str) -> List[Tuple[int, str]]:

@@ -405,3 +405,21 @@ def test_rollouts_of_a_run_that_sampled_a_fraction_of_steps_say_so(
                 "\n")
     assert report.behaviour_policy(run) == (
         "sampling 25% to 20% of steps over 50%-75% of training")
+
+
+def test_bindings_through_gin_macros_read_as_their_values(tmp_path):
+    """gin's operative config keeps `x = %FRAC` with `FRAC = 0.5` among
+    its macros: report took '%FRAC' for the value (a traceback; a
+    deterministic run labelled sampling)."""
+    run = _run(tmp_path)
+    (tmp_path / "run" / "config.gin").write_text(
+        "# Macros:\n"
+        "DET = %YES\nFRAC = 0.5\nSCHEDULE = (0.5, 0.75, 0.2)\nYES = True\n"
+        "TrainerConfig.eval_deterministic = %DET\n"
+        "PPOAlgorithm.explore_fraction = %FRAC\n")
+    assert report.evaluation_policy(run) == "deterministic"
+    assert report.behaviour_policy(run) == "sampling 50% of steps"
+    with open(os.path.join(run, "config.gin"), "a") as f:
+        f.write("PPOAlgorithm.explore_fraction_schedule = %SCHEDULE\n")
+    assert report.behaviour_policy(run) == (
+        "sampling 50% to 20% of steps over 50%-75% of training")
