@@ -321,3 +321,24 @@ def test_a_saved_gymnasium_config_parses_with_metadrive_registered(tmp_path):
     cfg = TrainerConfig()
     assert cfg.seed == 5 and cfg.env_name == "CartPole-v1"
     assert gin.query_parameter("suite_gym.load.max_episode_steps") == 77
+
+
+def test_a_mistake_in_a_saved_config_names_the_file_and_its_line(tmp_path):
+    """A gymnasium run's config (rewritten, for its bare ``load``) was
+    parsed as a --gin_param: a mistake in it was blamed on --gin_param,
+    quoting the whole file, and a --gin_param's own line counted the
+    file's lines."""
+    from alf.trainers.config_parser import parse_run_config
+    path = tmp_path / "config.gin"
+    good = ("load.max_episode_steps = 77\n"
+            "TrainerConfig.env_name = 'CartPole-v1'\n")
+    path.write_text(good + "TrainerConfig.seed 5\n")
+    with pytest.raises(ConfigError) as info:
+        parse_run_config(str(path))
+    said = str(info.value)
+    assert str(path) in said and "line 3" in said, said
+    assert "--gin_param" not in said and len(said) < 300, said
+    path.write_text(good)
+    with pytest.raises(ConfigError) as info:
+        parse_run_config(str(path), ["TrainerConfig.seed = 5", "x = ("])
+    assert "--gin_param 'x = ('" in str(info.value), str(info.value)

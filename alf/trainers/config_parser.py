@@ -5,6 +5,8 @@ import them: gin only knows a configurable once its module is imported, and
 a misspelt configurable or parameter should fail at parse time, not deep
 into a run after files are written.
 """
+import os
+import tempfile
 from typing import Iterable, List, Optional
 
 import alf.algorithms  # noqa: F401  (registers configurables)
@@ -12,6 +14,7 @@ import alf.environments.straggler  # noqa: F401
 import alf.environments.suite_gym  # noqa: F401
 import alf.trainers.trainer  # noqa: F401
 from alf.config import parse_gin, qualify_saved_selectors
+from alf.utils.errors import ConfigError
 
 
 def parse_config(gin_files: Iterable[str],
@@ -44,5 +47,14 @@ def parse_run_config(path: str,
     qualified = qualify_saved_selectors(text)
     if qualified == text:
         parse_config([path], gin_params)
-    else:
-        parse_config([], [qualified, *(gin_params or [])])
+        return
+    # Parsed as a file, not as a binding: a mistake in it then names the
+    # file and its line, and a --gin_param's line is its own.
+    with tempfile.TemporaryDirectory() as folder:
+        copy = os.path.join(folder, os.path.basename(path))
+        with open(copy, "w") as f:
+            f.write(qualified)
+        try:
+            parse_config([copy], gin_params)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace(copy, path)) from None
