@@ -342,3 +342,7 @@ def test_a_mistake_in_a_saved_config_names_the_file_and_its_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         parse_run_config(str(path), ["TrainerConfig.seed = 5", "x = ("])
     assert "--gin_param 'x = ('" in str(info.value), str(info.value)
+    path.write_bytes(good.encode() + b"TrainerConfig.seed = \xff\n")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{path} is not a gin file: it is not UTF-8 text (byte 88)")):
+        parse_run_config(str(path))

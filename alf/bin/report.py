@@ -93,7 +93,7 @@ def _binding(config: str, name: str, whole_line: bool = False
     config lists the macros' own lines, ``FRAC = 0.5``, first."""
     if not os.path.isfile(config):
         return None
-    with open(config) as f:
+    with open(config, errors="replace") as f:  # a damaged byte: no match
         text = f.read()
     value = r"(.*?)\s*$" if whole_line else r"(\S+)"
     seen = set()

@@ -42,8 +42,12 @@ def parse_run_config(path: str,
     Raises:
         ConfigError: one line, as `parse_config`.
     """
-    with open(path) as f:
-        text = f.read()
+    try:
+        with open(path) as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not a gin file: it is not UTF-8 text "
+                          f"(byte {e.start})") from None
     qualified = qualify_saved_selectors(text)
     if qualified == text:
         parse_config([path], gin_params)

@@ -664,7 +664,8 @@ def read_csv_rows(path: str, skipped: Optional[List[str]] = None
     ``"line 7"`` where its env steps cannot be read either.
     """
     rows = []
-    with open(path, newline="") as f:
+    # A byte that is not UTF-8 (a damaged file) makes its row non-numeric.
+    with open(path, newline="", errors="replace") as f:
         reader = csv.DictReader(f)
         for r in reader:
             step = _number(r.get("env_steps"))

@@ -27,6 +27,15 @@ def test_unreadable_rows_are_skipped_and_named(tmp_path, bad, described):
     assert read_eval_csv(str(path))["env_steps"] == [2048, 4096]
 
 
+def test_a_byte_that_is_not_utf8_skips_its_row(tmp_path):
+    """It was a UnicodeDecodeError, a traceback in report and compare."""
+    path = tmp_path / "eval.csv"
+    path.write_bytes(HEADER.encode() + b"2048,10,20\n4096,3\xff,40\n")
+    skipped = []
+    assert read_eval_csv(str(path), skipped)["env_steps"] == [2048]
+    assert skipped == ["env_steps 4096"]
+
+
 def test_a_bad_row_does_not_replace_a_good_one_of_its_step(tmp_path):
     path = tmp_path / "eval.csv"
     path.write_text(HEADER + "2048,10,20\n2048,x,20\n4096,30,40\n4096,50,60\n")
