@@ -565,6 +565,45 @@ def test_copies_of_an_activated_module_are_plain_modules():
         assert torch.allclose(original, torch.full((1, 2), 1.5))
 
 
+class TwoLayers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 1)
+        self.b = nn.Linear(2, 1)
+
+    @data_distributed
+    def loss(self, x):
+        return (self.a(x) + self.b(x)).sum()
+
+
+def _unfrozen_late(rank):
+    torch.manual_seed(0)
+    m = TwoLayers()
+    m.b.requires_grad_(False)
+    activate_ddp(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for i in range(2):
+        if i == 1:
+            m.b.requires_grad_(True)  # after DDP took its parameters
+        opt.zero_grad()
+        m.loss(torch.full((1, 2), float(rank + 1))).backward()
+        opt.step()
+    check_weights_equal(m)
+
+
+def test_a_parameter_unfrozen_after_ddp_was_built_is_named_as_such():
+    """Its gradients are each rank's own: the weight check's hint said a
+    loss was not data-distributed."""
+    for said in errors(run_ranks(_unfrozen_late), "DistributedError"):
+        assert said.startswith("weights differ across ranks: b.weight "), \
+            said
+        assert said.endswith(
+            "; DDP does not average it: it was frozen (requires_grad=False) "
+            "or not there when its module's DDP module was built, at the "
+            "first data-distributed call; unfreeze and add parameters "
+            "before training"), said
+
+
 def test_decorated_method_runs_untouched_in_one_process():
     m = Conditional()
     activate_ddp(m)  # a no-op outside a process group

@@ -143,6 +143,17 @@ def _checksums(tensors: List[torch.Tensor]) -> torch.Tensor:
             torch.zeros(0, dtype=torch.float64))
 
 
+def _built_without(module: nn.Module, param: nn.Parameter) -> bool:
+    """Whether ``param`` is left out of the DDP modules built over
+    ``module`` and its submodules, some of which are (DDP takes the
+    parameters that require grad when it is built, and never again)."""
+    built = [state["performer"] for sub in module.modules()
+             if (state := sub.__dict__.get("_alf_ddp"))
+             and state["performer"] is not None]
+    averaged = {i for ddp in built for i in ddp.alf_averaged}
+    return bool(averaged) and id(param) not in averaged
+
+
 def check_weights_equal(module: nn.Module) -> None:
     """Raises `DistributedError` if any synced tensor differs across ranks.
 
@@ -167,12 +178,19 @@ def check_weights_equal(module: nn.Module) -> None:
     bad = (hi != -lo).nonzero()
     if len(bad):
         i = int(bad[0]) // 2
-        hint = ("; a rank updated it with its own gradients: a method "
-                "computing its loss that is not data-distributed (or whose "
-                "data_distributed_when condition was false)"
-                if i < len(list(module.parameters())) else
-                "; if it is per-rank state on purpose, mark its module with "
-                "alf.utils.distributed.exclude_from_ddp")
+        params = list(module.parameters())
+        if i < len(params) and _built_without(module, params[i]):
+            hint = ("; DDP does not average it: it was frozen "
+                    "(requires_grad=False) or not there when its module's "
+                    "DDP module was built, at the first data-distributed "
+                    "call; unfreeze and add parameters before training")
+        elif i < len(params):
+            hint = ("; a rank updated it with its own gradients: a method "
+                    "computing its loss that is not data-distributed (or "
+                    "whose data_distributed_when condition was false)")
+        else:
+            hint = ("; if it is per-rank state on purpose, mark its module "
+                    "with alf.utils.distributed.exclude_from_ddp")
         raise DistributedError(
             f"weights differ across ranks: {named[i][0]} has checksum "
             f"{sums[2 * i].item():.9g} here (rank {get_rank()}); over all "

@@ -95,7 +95,8 @@ def make_ddp_performer(module: nn.Module,
 
     Returns:
         The DDP module; its ``alf_auto_unused`` attribute says whether the
-        first call of each method must be checked ('auto').
+        first call of each method must be checked ('auto'), and
+        ``alf_averaged`` holds the ids of the parameters it averages.
 
     Raises:
         ConfigError: for a ``find_unused_parameters`` other than True,
@@ -130,4 +131,8 @@ def make_ddp_performer(module: nn.Module,
     # nn.Module.__setattr__ is typed for tensors and modules only; torch
     # stores any other value as a plain attribute.
     ddp.alf_auto_unused = auto  # type: ignore[assignment]
+    # What DDP averages, for the weight check's hint: the parameters that
+    # require grad now (DDP keeps no list of its own).
+    ddp.alf_averaged = frozenset(  # type: ignore[assignment]
+        id(p) for p in module.parameters() if p.requires_grad)
     return ddp
