@@ -305,7 +305,9 @@ def open_run(root_dir: str, checkpoint: str, split: str,
         raise ConfigError(f"--split={split!r}; valid: {', '.join(SPLITS)}")
     config_file = os.path.join(root_dir, "config.gin")
     if not os.path.isdir(root_dir):
-        raise ConfigError(f"--root_dir={root_dir!r} does not exist")
+        raise ConfigError(f"--root_dir={root_dir!r} " + (
+            "is a file, not a run's folder" if os.path.exists(root_dir)
+            else "does not exist"))
     if not os.path.isfile(config_file):
         raise ConfigError(f"{config_file} is missing: --root_dir must be a "
                           "run's folder (alf.bin.train writes it)")

@@ -106,6 +106,11 @@ def _binding(config: str, name: str, whole_line: bool = False
     return None
 
 
+def _not_a_folder(path: str) -> str:
+    return ("a file, not a run's folder" if os.path.exists(path) else
+            "no such folder")
+
+
 def run_configs(run_dir: str) -> List[Tuple[int, str]]:
     """The run's saved configs, ``(S, path)`` by S: config.gin at 0, then
     each ``config-resumed-S.gin`` (a resume at S with other bindings;
@@ -248,7 +253,7 @@ def baseline_rows(base_dir: str, metrics: Sequence[str], width: int
         AlfError: a missing folder or file, or a metric it lacks.
     """
     if not os.path.isdir(base_dir):
-        raise AlfError(f"--baseline={base_dir}: no such folder")
+        raise AlfError(f"--baseline={base_dir}: {_not_a_folder(base_dir)}")
     name = os.path.basename(os.path.normpath(base_dir))
     rows = []
     for csv_name, split in ((EVAL_CSV, "training"),
@@ -332,7 +337,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
             baseline folder without the metrics.
     """
     if not os.path.isdir(run_dir):
-        raise AlfError(f"--root_dir={run_dir}: no such folder")
+        raise AlfError(f"--root_dir={run_dir}: {_not_a_folder(run_dir)}")
     train = read_curves(run_dir, EVAL_CSV, PROG)
     warn_not_numbers(run_dir, EVAL_CSV, train)
     steps = [int(s) for s in train["env_steps"]]
@@ -491,6 +496,8 @@ def check_plot_path(path: str) -> None:
         raise AlfError(f"--plot={path}: directory {folder} is not writable")
     if os.path.isdir(path):
         raise AlfError(f"--plot={path} is a folder; name a file in it")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise AlfError(f"--plot={path} exists and is not writable")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     known = sorted(FigureCanvasAgg.get_supported_filetypes())
     ext = os.path.splitext(path)[1][1:].lower()
@@ -548,6 +555,10 @@ def main(argv: List[str]) -> int:
         if FLAGS.plot:
             plot_rows(FLAGS.plot, steps, rows, os.path.basename(run_dir))
             print(f"wrote {FLAGS.plot}")
+    except BrokenPipeError:  # `report ... | head`: the reader had enough
+        # Python's flush of stdout at exit would fail again, and say so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (AlfError, OSError) as e:
         print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return 1

@@ -273,6 +273,10 @@ def test_a_folder_that_is_not_a_run(tmp_path):
     assert res.returncode == 1 and "does not exist" in res.stderr
     res = _play(tmp_path)
     assert res.returncode == 1 and "config.gin is missing" in res.stderr
+    (tmp_path / "afile").write_text("")
+    res = _play(tmp_path / "afile")
+    assert res.returncode == 1 and "is a file, not a run's folder" in \
+        res.stderr, res.stderr
 
 
 def test_an_act_function_replaces_the_policy(cart_pole_run):

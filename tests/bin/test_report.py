@@ -347,6 +347,17 @@ def test_cli_prints_the_table_and_writes_the_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_piped_into_a_reader_that_stops_early_is_quiet(tmp_path):
+    """`report ... | head -1`: it said 'error: [Errno 32] Broken pipe' and
+    exited 1."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alf.bin.report", "--root_dir",
+         _run(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the table is written
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and err == b"", err
+
+
 def test_cli_skips_rows_a_crash_cut_short_and_says_so(tmp_path):
     run = _run(tmp_path)
     with open(os.path.join(run, "eval.csv"), "a") as f:
@@ -361,6 +372,8 @@ def test_cli_skips_rows_a_crash_cut_short_and_says_so(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--root_dir", "absent"], "--root_dir="),
+    (["--root_dir", "afile"], "--root_dir={tmp}/afile: a file, not a run's "
+     "folder\n"),
     (["--last", "0"], "--last=0; it must be at least 1"),
     (["--window=-5"], "--window=-5; it must be 0 or more env steps"),
     (["--plot", "x.txt"], "--plot=x.txt: matplotlib cannot write .txt; use "
@@ -373,7 +386,8 @@ def test_cli_skips_rows_a_crash_cut_short_and_says_so(tmp_path):
      "{tmp}/afile is not a folder\n"),
 ])
 def test_cli_error_is_one_line_and_exit_code_1(tmp_path, args, message):
-    args = [str(tmp_path / a) if a == "absent" else a for a in args]
+    args = [str(tmp_path / a) if a in ("absent", "afile") else a
+            for a in args]
     if "--root_dir" not in args:
         args += ["--root_dir", _run(tmp_path)]
     (tmp_path / "afile").write_text("")
