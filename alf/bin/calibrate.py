@@ -111,8 +111,18 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
             "PPG's)")
     results = []
     for i, offsets in enumerate(candidates):
-        rows = play(root_dir, checkpoint, num_episodes,
-                    gin_params=[*gin_params, binding(offsets)])
+        try:
+            rows = play(root_dir, checkpoint, num_episodes,
+                        gin_params=[*gin_params, binding(offsets)])
+        except ConfigError as e:
+            said = str(e)
+            if i or not said.startswith(BINDING + "="):
+                raise
+            # Refused by the algorithm for the action: about --offsets,
+            # not the binding alf made of it.
+            dims = ",".join(str(d) for d in sorted(offsets))
+            raise ConfigError(f"--offsets for dimension {dims}: "
+                              f"{said.split('; ', 1)[-1]}") from None
         row = mean_row(rows)
         if metric not in row:
             raise ConfigError(f"--metric={metric!r}: the episodes report "

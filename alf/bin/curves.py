@@ -328,3 +328,9 @@ def warn_skipped(prog: str, path: str, skipped: Sequence[str]) -> None:
         print(f"{prog}: warning: skipped {n} incomplete or non-numeric "
               f"row{'s' if n > 1 else ''} of {path} ({shown}{more})",
               file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit("alf.bin.curves is the library behind alf.bin.compare and "
+             "alf.bin.report, not a command: run one of those (--help "
+             "lists their flags)")

@@ -116,7 +116,7 @@ def test_held_out_is_checked_before_any_candidate_is_played(pendulum_run):
     (["--offsets", "0=0.5", "--metric", "success"],
      "--metric='success': the episodes report return, length"),
     (["--offsets", "3=0.5"],
-     "PPOAlgorithm.deterministic_offset={3: 0.0}; valid"),
+     "--offsets for dimension 3: valid: dimensions in 0..0\n"),
     ([], "--offsets: give at least one"),
 ])
 def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
