@@ -19,7 +19,10 @@ def exclude_from_ddp(module: nn.Module) -> nn.Module:
     rank 0's and `check_weights_equal` does not compare them: each rank keeps
     its own. `ReplayBuffer` calls it on itself, so that this package knows
     which buffers hold experience without importing the replay buffers
-    (which import it). A marked module should hold no parameters.
+    (which import it). Its parameters stay synced: DDP averages their
+    gradients and the check compares them. So a BatchNorm module, whose
+    running statistics each rank updates from its own batches, is marked
+    with it (evaluation, on rank 0, uses rank 0's).
 
     Args:
         module: the module to mark.
