@@ -1,6 +1,7 @@
 """What a user who decorates the wrong thing is told: one error naming the
 method and what to decorate instead, not torch's StopIteration, a DDP
 internals message or weights that drift apart iterations later."""
+import gin
 import pytest
 import torch
 from torch import nn
@@ -113,6 +114,13 @@ def _update_inside_once(rank):
     m.update(torch.ones(1, 2) * (rank + 1))
 
 
+def _update_inside_search_off(rank):
+    """Not 'auto', whose first-call check sees it: DDP raised its own
+    "`initialize_buckets` must NOT be called during autograd execution"."""
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters", False)
+    _update_inside(rank)
+
+
 @pytest.mark.parametrize("fn, message", [
     (_paramless, "@data_distributed on Paramless.__call__: Paramless has no "
      "trainable parameters for DDP to average; decorate a method of the "
@@ -121,6 +129,8 @@ def _update_inside_once(rank):
      "inside its data-distributed call"),
     (_update_inside_once, "Owner.update changed its module's gradients "
      "inside its data-distributed call (a backward, or zero_grad, in it)"),
+    (_update_inside_search_off, "Owner.update backpropagated inside its "
+     "data-distributed call"),
 ])
 def test_misuse_under_ddp_is_one_error_naming_the_method(fn, message):
     for said in errors(run_ranks(fn, timeout=60), "DistributedError"):

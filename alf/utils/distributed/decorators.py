@@ -258,8 +258,11 @@ def _check_has_parameters(module: nn.Module, name: str) -> None:
             "the module that holds them (e.g. the algorithm's loss)")
 
 
-# DDP's error when a parameter's gradient arrives twice in one backward.
-_READY_TWICE = "Expected to mark a variable ready only once"
+# DDP's errors about a backward inside a call: a parameter's gradient
+# arriving twice in one backward; with the unused-parameter search off, a
+# later call rebuilding the buckets inside that backward.
+_BACKWARD_INSIDE = ("Expected to mark a variable ready only once",
+                    "`initialize_buckets` must NOT be called during autograd")
 
 
 def _perform(module: nn.Module, state: dict, name: str, method: Callable,
@@ -277,7 +280,7 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
             raise unused_parameters.unreduced_error(
                 module, state["last"], performer.alf_auto_unused,
                 str(e)) from None
-        if _READY_TWICE in str(e):  # a backward inside the method
+        if any(said in str(e) for said in _BACKWARD_INSIDE):
             raise DistributedError(
                 f"{name} backpropagated inside its data-distributed call "
                 "(DDP saw a gradient twice): decorate the method that "
