@@ -26,6 +26,8 @@ held-out environments: a check on environments the choice did not see.
 Exit codes: 0, 1 for a bad input (one line), 130 on Ctrl-C.
 """
 import math
+import os
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
@@ -116,13 +118,15 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
                         gin_params=[*gin_params, binding(offsets)])
         except ConfigError as e:
             said = str(e)
-            if i or not said.startswith(BINDING + "="):
+            valid = re.search(r"; valid: dimensions in 0\.\.(-?\d+)", said)
+            if i or not said.startswith(BINDING + "=") or not valid:
                 raise
-            # Refused by the algorithm for the action: about --offsets,
-            # not the binding alf made of it.
-            dims = ",".join(str(d) for d in sorted(offsets))
-            raise ConfigError(f"--offsets for dimension {dims}: "
-                              f"{said.split('; ', 1)[-1]}") from None
+            # About --offsets, not the binding alf made of it.
+            n = int(valid.group(1)) + 1
+            bad = ", ".join(str(d) for d in sorted(offsets)
+                            if not 0 <= d < n)
+            raise ConfigError(f"--offsets for dimension {bad}: the action "
+                              f"has {n} (0..{n - 1})") from None
         row = mean_row(rows)
         if metric not in row:
             raise ConfigError(f"--metric={metric!r}: the episodes report "
@@ -155,7 +159,8 @@ def main(argv):
     cli.exit_on_stop_signals("alf.bin.calibrate")
     candidates = run_cli("alf.bin.calibrate", parse_offsets,
                          FLAGS.offsets or [])
-    best, checked = run_cli("alf.bin.calibrate", calibrate, FLAGS.root_dir,
+    best, checked = run_cli("alf.bin.calibrate", calibrate,
+                            os.path.expanduser(FLAGS.root_dir),
                             FLAGS.checkpoint, candidates, FLAGS.num_episodes,
                             FLAGS.metric, FLAGS.gin_param or (),
                             FLAGS.held_out)

@@ -116,11 +116,14 @@ def read_checkpoint(path: str) -> dict:
     return Checkpointer.load(path, CHECKPOINT_LAYOUT, advice=PLAY_ADVICE)
 
 
-def load_algorithm(cfg, state: dict, path: str, observation_space,
-                   action_space):
+def load_algorithm(cfg, path: str, observation_space, action_space,
+                   state: Optional[dict] = None):
     """``cfg``'s algorithm (a `TrainerConfig`) for these spaces, with the
-    weights of ``state`` (`read_checkpoint` of ``path``), in eval mode."""
+    weights of the checkpoint file ``path`` (``state``: already read with
+    `read_checkpoint`), in eval mode."""
     from alf.trainers.run_state import load_weights
+    if state is None:
+        state = read_checkpoint(path)
     algorithm = cfg.algorithm_ctor(observation_space=observation_space,
                                    action_space=action_space, config=cfg)
     load_weights(algorithm, state["algorithm"], path, PLAY_ADVICE)
@@ -261,8 +264,8 @@ def _play(cfg, state: dict, path: str, load_fn, num_episodes: int,
     check_environment(env, load_fn)
     assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:
-        algorithm = load_algorithm(cfg, state, path, env.observation_space,
-                                   env.action_space)
+        algorithm = load_algorithm(cfg, path, env.observation_space,
+                                   env.action_space, state)
         return [_episode(env, algorithm, seed + e, sampling, writer, act)
                 for e in range(num_episodes)]
     finally:
@@ -596,14 +599,17 @@ def main(argv):
     FLAGS = flags.FLAGS
     # A video being written is removed, an existing one kept.
     cli.exit_on_stop_signals("alf.bin.play")
-    rows = run_cli("alf.bin.play", play, FLAGS.root_dir, FLAGS.checkpoint,
-                   FLAGS.num_episodes, FLAGS.sampling, FLAGS.record_file,
+    # As train and report: `--root_dir=~/runs/x` reaches it unexpanded.
+    record_file = FLAGS.record_file and os.path.expanduser(FLAGS.record_file)
+    rows = run_cli("alf.bin.play", play, os.path.expanduser(FLAGS.root_dir),
+                   FLAGS.checkpoint, FLAGS.num_episodes, FLAGS.sampling,
+                   record_file,
                    FLAGS.gin_param or (), FLAGS.seed, FLAGS.fps,
                    split=run_cli("alf.bin.play", _split, FLAGS.split,
                                  FLAGS.held_out))
     print(format_table(rows))
-    if FLAGS.record_file:
-        print(f"wrote {FLAGS.record_file}")
+    if record_file:
+        print(f"wrote {record_file}")
 
 
 if __name__ == "__main__":

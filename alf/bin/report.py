@@ -116,7 +116,9 @@ def run_configs(run_dir: str) -> List[Tuple[int, str]]:
     each ``config-resumed-S.gin`` (a resume at S with other bindings;
     `alf.trainers.run_state.resumed_configs`). A step's evaluation used
     the last one with S below it, as ``alf.bin.play`` rebuilds a
-    checkpoint (the evaluation at S itself came before the resume)."""
+    checkpoint (the evaluation at S itself came before the resume, unless
+    the resume made it up: a run stopped during it, resumed with other
+    bindings, is labelled as evaluated with the config before S)."""
     from alf.trainers.run_state import resumed_configs
     return [(0, os.path.join(run_dir, "config.gin")),
             *(resumed_configs(run_dir) if os.path.isdir(run_dir) else ())]
@@ -532,6 +534,16 @@ def plot_rows(path: str, steps: Sequence[int], rows: Sequence[Row],
     plt.close(fig)
 
 
+def _say(text: str) -> None:
+    """Prints ``text`` now; a reader that stopped early (``report | head``)
+    is no error, and the plot is still written."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python's own flush of stdout at exit would fail again, and say so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def main(argv: List[str]) -> int:
     """The absl entry point; returns the process exit code."""
     if len(argv) > 1:
@@ -543,22 +555,19 @@ def main(argv: List[str]) -> int:
         if FLAGS.window is not None and FLAGS.window < 0:
             raise AlfError(f"--window={FLAGS.window}; it must be 0 or more "
                            "env steps")
-        if FLAGS.plot:
-            check_plot_path(FLAGS.plot)
+        plot = FLAGS.plot and os.path.expanduser(FLAGS.plot)
+        if plot:
+            check_plot_path(plot)
         run_dir = os.path.abspath(os.path.expanduser(FLAGS.root_dir))
         steps, rows = report_rows(run_dir, FLAGS.metrics, FLAGS.rollouts,
                                   FLAGS.window, [
                                       os.path.expanduser(b)
                                       for b in FLAGS.baseline or ()],
                                   FLAGS.calibration)
-        print(format_markdown(steps, rows, FLAGS.last))
-        if FLAGS.plot:
-            plot_rows(FLAGS.plot, steps, rows, os.path.basename(run_dir))
-            print(f"wrote {FLAGS.plot}")
-    except BrokenPipeError:  # `report ... | head`: the reader had enough
-        # Python's flush of stdout at exit would fail again, and say so.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        _say(format_markdown(steps, rows, FLAGS.last))
+        if plot:
+            plot_rows(plot, steps, rows, os.path.basename(run_dir))
+            _say(f"wrote {plot}")
     except (AlfError, OSError) as e:
         print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return 1

@@ -54,11 +54,27 @@ def parse_run_config(path: str,
         return
     # Parsed as a file, not as a binding: a mistake in it then names the
     # file and its line, and a --gin_param's line is its own.
-    with tempfile.TemporaryDirectory() as folder:
-        copy = os.path.join(folder, os.path.basename(path))
+    try:
+        copy = os.path.join(_copies(), os.path.basename(path))
         with open(copy, "w") as f:
             f.write(qualified)
-        try:
-            parse_config([copy], gin_params)
-        except ConfigError as e:
-            raise ConfigError(str(e).replace(copy, path)) from None
+    except OSError:  # no room for a copy: as a binding, then
+        parse_config([], [qualified, *(gin_params or [])])
+        return
+    try:
+        parse_config([copy], gin_params)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace(copy, path)) from None
+
+
+# One folder per process for the copies (gin keeps each file's folder on
+# its search path: calibrate parses a config per candidate); removed at
+# exit.
+_folder: Optional[tempfile.TemporaryDirectory] = None
+
+
+def _copies() -> str:
+    global _folder
+    if _folder is None:
+        _folder = tempfile.TemporaryDirectory(prefix="alf-configs-")
+    return _folder.name

@@ -115,8 +115,8 @@ def test_held_out_is_checked_before_any_candidate_is_played(pendulum_run):
     (["--offsets", "0=x"], "--offsets='0=x'; valid: D=X,Y"),
     (["--offsets", "0=0.5", "--metric", "success"],
      "--metric='success': the episodes report return, length"),
-    (["--offsets", "3=0.5"],
-     "--offsets for dimension 3: valid: dimensions in 0..0\n"),
+    (["--offsets", "3=0.5", "--offsets", "0=0.1"],
+     "--offsets for dimension 3: the action has 1 (0..0)\n"),
     ([], "--offsets: give at least one"),
 ])
 def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):

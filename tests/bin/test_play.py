@@ -279,6 +279,21 @@ def test_a_folder_that_is_not_a_run(tmp_path):
         res.stderr, res.stderr
 
 
+def test_a_root_dir_under_home_is_expanded(cart_pole_run, tmp_path):
+    """`--root_dir=~/runs/x` (no shell expands that ~), as train and report
+    read it: play said it did not exist."""
+    out = tmp_path / "cp.gif"
+    res = subprocess.run(
+        [sys.executable, "-m", "alf.bin.play", f"--root_dir=~/{cart_pole_run.name}",
+         "--num_episodes", "1", f"--record_file=~/{out.name}"],
+        capture_output=True, text=True, timeout=150, cwd=REPO,
+        env=dict(os.environ, HOME=str(cart_pole_run.parent)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    written = cart_pole_run.parent / out.name
+    assert res.stdout.endswith(f"wrote {written}\n"), res.stdout
+    os.remove(written)
+
+
 def test_an_act_function_replaces_the_policy(cart_pole_run):
     """`play`'s ``act`` hook (what benchmarks/action_probe.py plays with)
     chooses every action: always pushing left ends CartPole within a few

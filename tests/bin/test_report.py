@@ -350,12 +350,17 @@ def test_cli_prints_the_table_and_writes_the_plot(tmp_path):
 def test_cli_piped_into_a_reader_that_stops_early_is_quiet(tmp_path):
     """`report ... | head -1`: it said 'error: [Errno 32] Broken pipe' and
     exited 1."""
+    png = tmp_path / "curves.png"
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONUNBUFFERED"}  # a pipe's stdout: block-buffered
     proc = subprocess.Popen(
         [sys.executable, "-m", "alf.bin.report", "--root_dir",
-         _run(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         _run(tmp_path), "--plot", str(png)], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # before the table is written
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and err == b"", err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # written all the same
 
 
 def test_cli_skips_rows_a_crash_cut_short_and_says_so(tmp_path):

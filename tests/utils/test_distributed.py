@@ -604,6 +604,31 @@ def test_a_parameter_unfrozen_after_ddp_was_built_is_named_as_such():
             "before training"), said
 
 
+def _target_drifts(rank):
+    torch.manual_seed(0)
+    m = TwoLayers()
+    m.b.requires_grad_(False)  # a target network
+    activate_ddp(m)
+    m.loss(torch.ones(1, 2)).backward()
+    if rank == 1:
+        with torch.no_grad():
+            m.b.weight += 1.0  # a target update on one rank only
+    check_weights_equal(m)
+
+
+def test_a_frozen_parameter_that_drifts_is_named_as_updated_outside_backward(
+):
+    """Not 'unfreeze it' (the hint for a parameter DDP was built without),
+    nor 'a loss not data-distributed'."""
+    for said in errors(run_ranks(_target_drifts), "DistributedError"):
+        assert said.startswith("weights differ across ranks: b.weight "), \
+            said
+        assert said.endswith(
+            "; it requires no grad, so a rank changed it outside backward (a "
+            "target network's update?): every rank must change it alike"), \
+            said
+
+
 def test_decorated_method_runs_untouched_in_one_process():
     m = Conditional()
     activate_ddp(m)  # a no-op outside a process group

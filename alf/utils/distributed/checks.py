@@ -144,14 +144,18 @@ def _checksums(tensors: List[torch.Tensor]) -> torch.Tensor:
 
 
 def _built_without(module: nn.Module, param: nn.Parameter) -> bool:
-    """Whether ``param`` is left out of the DDP modules built over
-    ``module`` and its submodules, some of which are (DDP takes the
-    parameters that require grad when it is built, and never again)."""
-    built = [state["performer"] for sub in module.modules()
-             if (state := sub.__dict__.get("_alf_ddp"))
-             and state["performer"] is not None]
-    averaged = {i for ddp in built for i in ddp.alf_averaged}
-    return bool(averaged) and id(param) not in averaged
+    """Whether ``param`` trains (requires grad) under a module whose DDP
+    module was built without it (DDP takes the parameters that require
+    grad when it is built, and never again). A parameter frozen on
+    purpose (a target network) or under no DDP module is not."""
+    if not param.requires_grad:
+        return False
+    for sub in module.modules():
+        state = sub.__dict__.get("_alf_ddp")
+        if (state and state["performer"] is not None
+                and any(p is param for p in sub.parameters())):
+            return id(param) not in state["performer"].alf_averaged
+    return False
 
 
 def check_weights_equal(module: nn.Module) -> None:
@@ -184,6 +188,10 @@ def check_weights_equal(module: nn.Module) -> None:
                     "(requires_grad=False) or not there when its module's "
                     "DDP module was built, at the first data-distributed "
                     "call; unfreeze and add parameters before training")
+        elif i < len(params) and not params[i].requires_grad:
+            hint = ("; it requires no grad, so a rank changed it outside "
+                    "backward (a target network's update?): every rank "
+                    "must change it alike")
         elif i < len(params):
             hint = ("; a rank updated it with its own gradients: a method "
                     "computing its loss that is not data-distributed (or "
