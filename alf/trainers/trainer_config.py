@@ -326,6 +326,12 @@ class TrainerConfig:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   f"be a positive integer or None "
                                   f"(num_eval_episodes)")
+        for name in ("async_env", "preempt_stragglers", "eval_deterministic",
+                     "async_eval", "checkpoint_replay"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):  # "False" would read as true
+                raise ConfigError(f"TrainerConfig.{name}={value!r}; valid: "
+                                  "True or False")
         self._check_calibration()
         if (not _is_int(self.initial_collect_steps)
                 or self.initial_collect_steps < 0):

@@ -202,6 +202,18 @@ def test_a_bool_is_not_an_integer_setting(name):
                       **{name: True})
 
 
+@pytest.mark.parametrize("name", ["async_env", "preempt_stragglers",
+                                  "eval_deterministic", "async_eval",
+                                  "checkpoint_replay"])
+@pytest.mark.parametrize("bad", ["False", 0, 1, None])
+def test_a_switch_takes_true_or_false_only(name, bad):
+    """`async_eval="False"` (a string) started the async evaluator."""
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, **{name: bad})
+    assert one_line(info.value) == (f"TrainerConfig.{name}={bad!r}; valid: "
+                                     "True or False")
+
+
 def test_world_size_is_not_a_gin_setting():
     with pytest.raises(ConfigError, match="world_size"):
         parse_config([], ["TrainerConfig.world_size = 2"])
