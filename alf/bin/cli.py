@@ -29,6 +29,8 @@ def run(main: Callable[[List[str]], None], module_name: str) -> None:
     it printed neither: it looks for them in the script's wrapper. A bad
     flag took two lines, an unexpected argument the whole help.
     """
+    from alf.utils.process import quiet_resource_tracker
+    quiet_resource_tracker()
     spec = getattr(sys.modules[module_name], "__spec__", None)
     prog = spec.name if spec is not None else module_name  # -m: __main__
 

@@ -178,9 +178,23 @@ def run_signals_held() -> Iterator[None]:
     # Started later (by the first spawn), the resource tracker would unblock
     # SIGINT and SIGTERM (it blocks them for its own start) and the child
     # would not inherit the block.
+    quiet_resource_tracker()
     resource_tracker.ensure_running()
     with _blocked(_HELD):
         yield
+
+
+def quiet_resource_tracker() -> None:
+    """Keeps the resource tracker, once this process starts it, from
+    warning of "leaked semaphore objects" at exit: those of a child that
+    was killed (an evaluator's environment workers), which the failure's
+    own one line already reports, and which the tracker removes anyway.
+    It takes its warning filters from ``sys.warnoptions`` (``-W``) when
+    it starts, so the alf.bin commands call this first (`cli.run`): a
+    queue or lock made before any child starts it."""
+    option = "ignore:resource_tracker:UserWarning"
+    if option not in sys.warnoptions:
+        sys.warnoptions.append(option)
 
 
 @contextlib.contextmanager

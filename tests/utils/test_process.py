@@ -49,6 +49,35 @@ def test_a_child_holds_the_run_signals_until_it_releases_them():
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before[1]
 
 
+_KILLED_HOLDING_A_SEMAPHORE = """
+import multiprocessing as mp, os, signal
+from alf.utils import process
+def child():
+    lock = mp.get_context("spawn").Lock()  # registered with the tracker
+    os.kill(os.getpid(), signal.SIGKILL)
+if __name__ == "__main__":
+    with process.run_signals_held():
+        p = mp.get_context("spawn").Process(target=child)
+        p.start()
+    p.join()
+    print(p.exitcode)
+"""
+
+
+def test_a_killed_childs_semaphores_are_removed_without_a_warning(tmp_path):
+    """After a killed evaluator (its environment workers' queues), the
+    tracker warned of 'leaked semaphore objects' under the one line that
+    names the failure."""
+    import subprocess
+    import sys
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_HOLDING_A_SEMAPHORE)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True,
+                         text=True, timeout=50)
+    assert res.stdout == "-9\n", res.stderr
+    assert res.stderr == "", res.stderr
+
+
 _IMPORT_UNDER_SIGTERM = """
 import os, signal, sys
 class Stop(BaseException):
