@@ -275,9 +275,11 @@ class AsyncEvaluator:
         at once if it is playing an evaluation that is dropped)."""
         dropped = [r[0] for r in (self._running, self._waiting) if r]
         if dropped:
+            why = ("training stopped before it finished"
+                   if self._proc.is_alive() else "the evaluator ended first")
             logging.warning(
-                "evaluation at %s env steps dropped, not recorded: training "
-                "stopped before it finished", " and ".join(map(str, dropped)))
+                "evaluation at %s env steps dropped, not recorded: %s",
+                " and ".join(map(str, dropped)), why)
         try:
             self._conn.send_bytes(encode(("stop", )))
         except OSError:

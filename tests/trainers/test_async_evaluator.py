@@ -114,12 +114,16 @@ def test_an_evaluator_that_fails_to_build_stops_the_run_in_one_line(
 
 
 @pytest.mark.timeout(120)
-def test_a_killed_evaluator_is_named_with_its_signal(tmp_path):
+def test_a_killed_evaluator_is_named_with_its_signal(tmp_path, caplog):
     with pytest.raises(EvaluationError,
                        match=r"killed by SIGKILL \(exit -9"):
-        Trainer(str(tmp_path), config=_config(
-            async_eval=True, held_out_env_load_fn=dying)).train()
+        with caplog.at_level("WARNING"):
+            Trainer(str(tmp_path), config=_config(
+                async_eval=True, held_out_env_load_fn=dying)).train()
     assert not mp.active_children()
+    # Its evaluation was not dropped for a stop (as the log said).
+    assert "training stopped" not in caplog.text
+    assert "not recorded: the evaluator ended first" in caplog.text
 
 
 class _Slow(_Dying):
