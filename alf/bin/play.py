@@ -54,7 +54,7 @@ import torch
 from absl import app, flags
 
 from alf.bin import cli
-from alf.utils.errors import ConfigError, one_line, run_cli
+from alf.utils.errors import CheckpointError, ConfigError, one_line, run_cli
 
 
 def define_flags() -> None:
@@ -202,7 +202,6 @@ def play(root_dir: str, checkpoint: str = "latest", num_episodes: int = 3,
     """
     if seed is not None and seed < 0:  # the CLI's flag refuses it too
         raise ConfigError(f"--seed={seed}: a seed is 0 or more")
-    from alf.utils.errors import CheckpointError
     for tries_left in (2, 1, 0):
         path, cfg, load_fn = open_run(root_dir, checkpoint, split,
                                       gin_params)
@@ -398,15 +397,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def free_space_hint(path: str) -> str:
-    """How much space is left beside ``path``, for an error's message."""
-    try:
-        stat = os.statvfs(os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        return "a full disk?"
-    return f"{stat.f_bavail * stat.f_frsize / 2**20:.1f} MiB free there"
-
-
 class _VideoWriter:
     """Writes frames as they come as a GIF (Pillow) or an MP4 (imageio +
     ffmpeg, the ``video`` extra), holding one frame at a time.
@@ -495,14 +485,17 @@ class _VideoWriter:
         if not self._tmp.endswith(".mp4"):
             return  # Pillow's and the GIF stream's writes raise themselves
         import imageio_ffmpeg
+
+        from alf.trainers.checkpointer import free_space
+        space = free_space(os.path.dirname(os.path.abspath(self._tmp)))
         try:
             frames, _ = imageio_ffmpeg.count_frames_and_secs(self._tmp)
         except (RuntimeError, OSError) as e:
-            raise OSError(errno.EIO, "ffmpeg could not finish it, "
-                          f"{free_space_hint(self._tmp)}") from e
+            raise OSError(errno.EIO,
+                          f"ffmpeg could not finish it, {space}") from e
         if frames != self.count:
             raise OSError(errno.EIO, f"it holds {frames} of its "
-                          f"{self.count} frames, {free_space_hint(self._tmp)}")
+                          f"{self.count} frames, {space}")
 
     def _failed(self, error: OSError) -> ConfigError:
         reason = error.strerror or one_line(error)

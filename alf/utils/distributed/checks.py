@@ -38,11 +38,11 @@ def raised_in_callback(error: BaseException) -> Optional[DistributedError]:
     ``RuntimeError`` that quotes it, with the callback's stack); else None.
     """
     text = str(error)
-    start = text.find(_IN_CALLBACK + DistributedError.__name__ + ": ")
+    quoted = f"{_IN_CALLBACK}{DistributedError.__name__}: "
+    start = text.find(quoted)
     if not isinstance(error, RuntimeError) or start < 0:
         return None
-    said = text[start + len(_IN_CALLBACK) + len(DistributedError.__name__)
-                + 2:]
+    said = text[start + len(quoted):]
     return DistributedError(said.split("\n\nAt:")[0].strip())
 
 

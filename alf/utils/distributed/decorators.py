@@ -258,11 +258,13 @@ def _check_has_parameters(module: nn.Module, name: str) -> None:
             "the module that holds them (e.g. the algorithm's loss)")
 
 
-# DDP's errors about a backward inside a call: a parameter's gradient
-# arriving twice in one backward; with the unused-parameter search off, a
-# later call rebuilding the buckets inside that backward.
-_BACKWARD_INSIDE = ("Expected to mark a variable ready only once",
-                    "`initialize_buckets` must NOT be called during autograd")
+# DDP's errors about a backward inside a call, and what they say.
+_BACKWARD_INSIDE = {
+    "Expected to mark a variable ready only once":
+    "DDP saw a gradient twice",
+    # With the unused-parameter search off, on a later call.
+    "`initialize_buckets` must NOT be called during autograd":
+    "DDP rebuilt its buckets inside a backward"}
 
 
 def _perform(module: nn.Module, state: dict, name: str, method: Callable,
@@ -280,12 +282,13 @@ def _perform(module: nn.Module, state: dict, name: str, method: Callable,
             raise unused_parameters.unreduced_error(
                 module, state["last"], performer.alf_auto_unused,
                 str(e)) from None
-        if any(said in str(e) for said in _BACKWARD_INSIDE):
+        sign = next((sign for said, sign in _BACKWARD_INSIDE.items()
+                     if said in str(e)), None)
+        if sign:
             raise DistributedError(
                 f"{name} backpropagated inside its data-distributed call "
-                "(DDP saw a gradient twice): decorate the method that "
-                "returns the loss, and call backward on its result outside "
-                "it") from e
+                f"({sign}): decorate the method that returns the loss, and "
+                "call backward on its result outside it") from e
         raise
     finally:
         shared["active"] = None
