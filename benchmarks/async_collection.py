@@ -184,10 +184,10 @@ def main():
     waits = {v: [] for v in variants}
     bare, raws = [], []
     if args.workload == "metadrive":
-        from metadrive_step_rate import Raw
+        from metadrive_step_rate import start_raws
         settings = config_env_settings(gin_file)
         print(f"bare MetaDrive settings (from {gin_file}): {settings}")
-        raws = [Raw(i, settings) for i in range(cores)]
+        raws = start_raws(cores, settings)
     try:
         with tempfile.TemporaryDirectory(prefix="alf-async-") as root:
             for rep in range(args.repeats):
@@ -232,8 +232,9 @@ def main():
                           f"{r['wall']:.0f} s); load "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
     finally:
-        for r in raws:
-            r.close()
+        if raws:
+            from metadrive_step_rate import close_raws
+            close_raws(raws)
     print(f"load after: {os.getloadavg()[0]:.2f}\n")
     report(variants, rates, learner, actors, waits, bare, cores)
     if args.workload == "latency":

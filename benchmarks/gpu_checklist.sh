@@ -12,7 +12,8 @@
 # /tmp and put on LD_LIBRARY_PATH. ONLY (optional): a regex; only the steps
 # whose names match it run (e.g. ONLY='env|metadrive'). PYTEST_K
 # (optional): tests/gpu's -k. VARIANTS (optional): the metadrive_variants
-# step's --modes.
+# step's --modes. SCALING (optional): the metadrive_scaling step's
+# --processes (e.g. 4,8 where 1 and 2 were measured before).
 #
 # Every step has its own time limit and logs to $OUT (or
 # /tmp/gpu-checklist), so one that fails or hangs costs only its own
@@ -22,15 +23,23 @@ OUT=${OUT:-/tmp/gpu-checklist}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 SDL_AUDIODRIVER=dummy SDL_VIDEODRIVER=dummy
 if [ -n "${DEPS:-}" ]; then
-    mkdir -p /tmp/site
-    for d in $DEPS; do tar -xJf "$d" -C /tmp/site; done
+    # Unpacked once per machine: a call may run this script twice (two
+    # ONLY filters, to order the steps).
+    if [ ! -e /tmp/site/.unpacked ]; then
+        mkdir -p /tmp/site
+        for d in $DEPS; do tar -xJf "$d" -C /tmp/site; done
+        touch /tmp/site/.unpacked
+    fi
     export PYTHONPATH=/tmp/site:$PWD
 else
     export PYTHONPATH=$PWD
 fi
 if [ -n "${GL:-}" ]; then
-    mkdir -p /tmp/gl
-    for f in "$GL"/*.deb; do dpkg -x "$f" /tmp/gl; done
+    if [ ! -e /tmp/gl/.unpacked ]; then
+        mkdir -p /tmp/gl
+        for f in "$GL"/*.deb; do dpkg -x "$f" /tmp/gl; done
+        touch /tmp/gl/.unpacked
+    fi
     export LD_LIBRARY_PATH=/tmp/gl/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 step() {  # step NAME SECONDS COMMAND...: runs COMMAND, logs to $OUT/NAME.log
@@ -90,20 +99,19 @@ MD="--workload metadrive --repeats 1
     --gin_param TrainerConfig.num_envs=$(nproc)
     --gin_param TrainerConfig.unroll_length=$((4096 / $(nproc)))"
 TAIL=30 md metadrive_scaling 300 python3 benchmarks/async_collection.py $MD \
-    --processes 1,2,4,8 --modes async
+    --processes "${SCALING:-1,2,4,8}" --modes async
 # Where one process's asynchronous collection loses its time on many cores
-# (the actors waited 32% for a policy and the learner 23% for unrolls, on
-# 2026-11-26's H100 machine, before actor_niceness): the actors at the
-# learner's priority against below it (on 2 cores the learner waited for a
-# core behind the actors; 16 actors and a learner on 16 cores share more
-# evenly), segments that any actor fills (a quarter unroll: no unroll
-# waits for its slowest environment), a looser lag bound, and the learner
-# on the GPU (~60-80 s each; a lag-3 run did not finish in ~210 s on
-# 2026-11-26: the limit is wide). With the GPU tests this step fits one 15-minute session:
-# ONLY='^(env|metadrive_smoke|metadrive_variants|gpu_tests)$' (~9 min).
+# (2026-11-30's H200 machine: 0.61 of bare, the actors waiting 25% for a
+# policy with the slowest actor 2.3x the fastest, the learner 12% for
+# unrolls; max_policy_lag=2 recovered none of it): segments that any actor
+# fills (a quarter unroll: no unroll waits for its slowest environment),
+# the learner on the GPU, and the actors at the learner's priority against
+# below it (~60-80 s each). With the GPU tests this step fits one
+# 15-minute session:
+# ONLY='^(env|metadrive_smoke|metadrive_variants|gpu_tests)$' (~8 min).
 SEG=$((4096 / $(nproc) / 4))
 TAIL=30 md metadrive_variants 420 python3 benchmarks/async_collection.py $MD \
-    --processes 1 --num_env_steps 32768 --modes "${VARIANTS:-async+actor_niceness=0,async,async+segment_length=$SEG,async+max_policy_lag=2,async+device='cuda'}"
+    --processes 1 --num_env_steps 32768 --modes "${VARIANTS:-async,async+segment_length=$SEG,async+device='cuda',async+actor_niceness=0}"
 TAIL=30 md metadrive_sync 170 python3 benchmarks/async_collection.py $MD \
     --processes 1,2 --modes sync --num_env_steps 32768
 TAIL=30 md metadrive_cuda 100 python3 benchmarks/async_collection.py $MD \

@@ -28,7 +28,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -80,8 +80,10 @@ class Raw:
     ``trajectory`` under ``config`` (MetaDrive's settings; default
     `CONFIG`)."""
 
-    def __init__(self, trajectory: int, config: Optional[dict] = None):
+    def __init__(self, trajectory: int, config: Optional[dict] = None,
+                 wait: bool = True):
         ctx = mp.get_context("spawn")
+        self._trajectory = trajectory
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_raw_worker, args=(
             child, trajectory, dict(config or CONFIG)), daemon=True)
@@ -89,14 +91,20 @@ class Raw:
         # Without the parent's copy of the child's end, a worker that dies
         # ends recv() with EOFError instead of blocking it forever.
         child.close()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Blocks until the engine is up (``wait=False`` leaves it to the
+        caller, so that many engines start at once)."""
         try:
             self._conn.recv()
         except EOFError:
             self._proc.join(timeout=10)
             raise RuntimeError(
-                f"bare MetaDrive worker {trajectory} died before stepping "
-                f"(exit code {self._proc.exitcode}; its traceback is "
-                "above)") from None
+                f"bare MetaDrive worker {self._trajectory} died before "
+                f"stepping (exit code {self._proc.exitcode}; its traceback "
+                "is above)") from None
 
     def seconds(self, n: int) -> float:
         """Runs ``n`` steps; returns the seconds taken (and keeps the sum
@@ -105,14 +113,44 @@ class Raw:
         t, self.reward = self._conn.recv()
         return t
 
-    def close(self):
+    def close(self, join: bool = True):
+        """Asks the worker to end; ``join=False`` leaves `join` to the
+        caller, so that many engines close at once."""
         try:
             self._conn.send(None)
         except OSError:
             pass  # the worker is gone already (e.g. SIGTERM to the group)
+        if join:
+            self.join()
+
+    def join(self):
+        """Waits up to 30 s for the worker, then kills it."""
         self._proc.join(timeout=30)
         if self._proc.is_alive():
             self._proc.kill()
+
+
+def start_raws(n: int, config: Optional[dict] = None) -> List[Raw]:
+    """``n`` bare engines (trajectories 0..n-1) started at once: one at a
+    time, 16 engines took ~40 s of a GPU machine's 15 minutes."""
+    raws: List[Raw] = []
+    try:
+        for i in range(n):
+            raws.append(Raw(i, config, wait=False))
+        for r in raws:
+            r.wait_ready()
+    except BaseException:
+        close_raws(raws)
+        raise
+    return raws
+
+
+def close_raws(raws: Sequence[Raw]) -> None:
+    """Ends every engine of ``raws`` at once."""
+    for r in raws:
+        r.close(join=False)
+    for r in raws:
+        r.join()
 
 
 class Suite:
