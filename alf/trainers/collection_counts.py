@@ -1,4 +1,5 @@
-"""How many env steps the ranks collected, agreed among them."""
+"""How many env steps the ranks collected, agreed among them, and whether
+any rank's collection failed."""
 from typing import Dict, List, Optional
 
 import torch
@@ -53,6 +54,26 @@ class CollectionCounts:
         self._interval[:, 2] += 1
         self._preempted_total += rows[:, 1]
         return int(rows[:, 0].sum())
+
+    def agree_failure(self, failure: Optional[str]) -> Optional[str]:
+        """What failed in this iteration's collection on any rank (the
+        lowest such rank's ``failure``, a one-line reason), or None, given
+        this rank's (None: none).
+
+        A collective (one all-reduce, and a broadcast after a failure)
+        with several ranks: every rank calls it at every iteration, so
+        that all of them learn of a failure while they can still save the
+        last complete iteration together.
+        """
+        if self._world_size == 1:
+            return failure
+        failed = torch.zeros(self._world_size, dtype=torch.float64)
+        failed[self._rank] = float(failure is not None)
+        failed = distributed.all_reduce_sum(failed)
+        if not failed.any():
+            return None
+        src = int(failed.nonzero()[0])
+        return distributed.broadcast_object(failure, src=src)
 
     def run_rate(self, steps: int, seconds: float) -> float:
         """The run's recent env steps/s, for the preemption rule, given an

@@ -546,11 +546,11 @@ class AsyncCollector:
         # nothing from the learner until the worker has the version it
         # waits for.
         for conn in self._conns[self._n_actors:]:
-            self._send(conn, data)
+            self._send(conn, data, dead_ok=True)
         if self._n_workers:
             data = encode(("state", version, self._actor_state(state)))
         for conn in self._conns[:self._n_actors]:
-            self._send(conn, data)
+            self._send(conn, data, dead_ok=True)
 
     def _actor_state(self, state: dict) -> dict:
         """What the actors need of an ``acting_state``: all of it, or with
@@ -592,13 +592,19 @@ class AsyncCollector:
             conn.close()
 
     # ---- messages -----------------------------------------------------------
-    def _send(self, conn, message) -> None:
+    def _send(self, conn, message, dead_ok: bool = False) -> None:
+        """Sends ``message``; a process that is gone raises
+        `CollectionError`, or with ``dead_ok`` is left to the next
+        `collect` (its receiver meets the closed pipe): `publish` comes in
+        the middle of an iteration, whose training is done, and the
+        trainer saves only iterations that are complete."""
         if not isinstance(message, bytes):
             message = encode(message)
         try:
             conn.send_bytes(message)
         except OSError:
-            self._raise_dead()
+            if not dead_ok:
+                self._raise_dead()
 
     def _get(self, wait: Optional[float] = None):
         """The next (actor, message) from any actor, or (None, None) after

@@ -29,7 +29,8 @@ from alf.trainers.calibration import (Calibrator, check_algorithm,
                                       make_calibrator, offset_columns)
 from alf.trainers.checkpointer import WRITE_ADVICE, free_space
 from alf.trainers.collection_counts import CollectionCounts
-from alf.trainers.collector import AsyncCollector, SyncCollector
+from alf.trainers.collector import (AsyncCollector, CollectionError,
+                                   SyncCollector)
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (EvaluationStopped, Evaluator,
                                     evaluate_together,
@@ -41,7 +42,13 @@ from alf.trainers.run_state import RunState
 from alf.trainers.stop_requests import StopRequests, install_handlers
 from alf.trainers.trainer_config import TrainerConfig
 from alf.utils import distributed, process
-from alf.utils.errors import TrainingError, TrainingInterrupted
+from alf.utils.errors import (AlfError, TrainingError, TrainingInterrupted,
+                              one_line)
+
+
+class _CollectionFailed(Exception):
+    """Collection failed on some rank (its one-line reason), leaving every
+    rank's state as the last complete iteration left it."""
 
 
 class Trainer:
@@ -283,6 +290,8 @@ class Trainer:
             if wrapped is None:
                 raise
             raise wrapped from None
+        except _CollectionFailed as failed:
+            raise self._save_after_failure(str(failed)) from None
         except KeyboardInterrupt:
             if not finished:  # every rank is here (the ranks agreed)
                 self._summarize()
@@ -303,13 +312,51 @@ class Trainer:
             raise self._interrupted(sig, path) from None
         return last_eval
 
+    def _save_after_failure(self, reason: str) -> AlfError:
+        """Every rank (the ranks agreed) saves the last complete iteration
+        after collection failed on one of them; returns the error to stop
+        with: the stop asked for, if one was (the failure cost only the
+        iteration it waited for), else the failure, which a restart
+        resumes from that checkpoint."""
+        self._summarize()
+        path = self._save()
+        stop, _ = self._stop_requests.agree()
+        if stop:
+            sig = self._stop_requests.signal or signal.SIGINT
+            if self.is_chief:
+                logging.warning("%s during the iteration that %s waited "
+                                "for", reason, process.signal_name(sig))
+            return self._interrupted(sig, path)
+        return CollectionError(
+            f"{reason}; the checkpoint at {self.env_steps} env steps (the "
+            "last complete iteration) is saved, and a restart resumes from "
+            "it")
+
+    def _collect(self) -> Dict[str, torch.Tensor]:
+        """The collector's unroll, with the ranks' agreement on whether
+        asynchronous collection failed on any of them (an actor that died
+        fails it before anything is stored): then `_CollectionFailed` on
+        every rank, so that all save the last complete iteration."""
+        assert self._collector is not None and self._counts is not None
+        if not isinstance(self._collector, AsyncCollector):
+            return self._collector.collect()
+        failure, stats = None, {}
+        try:
+            stats = self._collector.collect()
+        except CollectionError as e:
+            failure = one_line(e)
+        reason = self._counts.agree_failure(failure)
+        if reason is not None:
+            raise _CollectionFailed(reason)
+        return stats
+
     def _iterate(self) -> Dict[str, torch.Tensor]:
         """Collects and trains one iteration; returns its statistics."""
         assert (self.algorithm is not None and self._collector is not None
                 and self._counts is not None and self._reporter is not None)
         cfg = self.config
         iteration_start = time.perf_counter()
-        collect_stats = self._collector.collect()
+        collect_stats = self._collect()
         collected = self._counts.agree(self._collector.last_steps,
                                        self._collector.last_preempted)
         steps = self.env_steps + collected

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from alf.utils.process import children
+from alf.utils.process import children, rank_pids
 from cli_harness import Run, assert_no_process_left
 from test_train import _cmd, _env
 
@@ -60,25 +60,69 @@ def test_async_ctrl_c_saves_a_checkpoint_and_leaves_no_process(tmp_path):
     assert_no_process_left(resumed.proc.pid)
 
 
-def test_a_killed_actor_ends_the_run_in_one_line_and_no_process_is_left(
+def _actors(pid):
+    """The spawned processes under ``pid`` (actors; for 2 processes, the
+    ranks too)."""
+    return [c for c in children(pid)
+            if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+
+
+def _assert_saved_the_last_iteration(run, root, spi):
+    """One error line naming the killed actor and the checkpoint saved,
+    which holds a complete iteration (no regular checkpoint is due)."""
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    assert "actor" in said[0] and "SIGKILL" in said[0], said[0]
+    assert "Traceback" not in run.out, run.out
+    ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
+    assert len(ckpts) == 1, run.out
+    counters = torch.load(ckpts[0], weights_only=True)["counters"]
+    assert counters["iteration"] > 0, counters
+    assert counters["env_steps"] == counters["iteration"] * spi, counters
+    assert (f"the checkpoint at {counters['env_steps']} env steps"
+            in said[0]), said[0]
+    assert_no_process_left(run.proc.pid)
+
+
+def test_a_killed_actor_ends_the_run_in_one_line_and_saves_the_iteration(
         tmp_path):
+    """An actor's death costs only the iteration it happened in: the run
+    saves the last complete one (a restart resumes from it), no regular
+    checkpoint being due."""
     run = _Run(_cmd(tmp_path / "run", **ASYNC,
                     **{"TrainerConfig.num_env_steps": "10000000",
                        "TrainerConfig.checkpoint_interval": "1000000"}))
     try:
         assert run.started.wait(90), run.out
-        actors = [c for c in children(run.proc.pid)
-                  if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
+        actors = _actors(run.proc.pid)
         assert len(actors) >= 2, actors
         os.kill(actors[1], signal.SIGKILL)
     finally:
         rc = run.finish()
     assert rc == 1, run.out
-    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
-    assert len(said) == 1, run.out
-    assert "actor" in said[0] and "SIGKILL" in said[0], said[0]
-    assert "Traceback" not in run.out, run.out
-    assert_no_process_left(run.proc.pid)
+    _assert_saved_the_last_iteration(run, tmp_path / "run", 32)
+
+
+def test_an_actor_killed_in_rank_1_ends_both_ranks_after_rank_0_saves(
+        tmp_path):
+    """Rank 0 writes the checkpoint, so it must learn that rank 1's actor
+    died: the ranks agree on it after each unroll."""
+    root = tmp_path / "run"
+    run = _Run(_cmd(root, **dict(ASYNC, **{
+        "TrainerConfig.num_env_steps": "10000000",
+        "TrainerConfig.checkpoint_interval": "1000000"})) + [
+            "--distributed", "multi-process", "--num_processes", "2"])
+    try:
+        assert run.started.wait(120), run.out
+        ranks = rank_pids(run.proc.pid)
+        actors = _actors(ranks[1])
+        assert actors, (ranks, actors)
+        os.kill(actors[0], signal.SIGKILL)
+    finally:
+        rc = run.finish(timeout=150)
+    assert rc == 1, run.out
+    _assert_saved_the_last_iteration(run, root, 32)
+    assert "of rank 1" in run.out, run.out
 
 
 def test_async_two_processes_train_and_finish(tmp_path):

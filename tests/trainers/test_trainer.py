@@ -636,3 +636,85 @@ def test_a_rank_killed_while_evaluating_keeps_the_iteration(
     assert trainer.env_steps_at_start == crashed_at
     evals = read_eval_csv(os.path.join(root, "eval.csv"))
     assert evals["env_steps"] == [2 * SPI, 4 * SPI]
+
+
+# ---- a collection that fails --------------------------------------------------
+def _failing_collect(monkeypatch, trainer_ref, at_unroll, stop=False):
+    """AsyncCollector.collect raises as for a dead actor at ``at_unroll``
+    (after asking for a stop, with ``stop``)."""
+    from alf.trainers.collector import CollectionError
+    collect = AsyncCollector.collect
+
+    def failing(self):
+        if self._next == at_unroll:
+            if stop:
+                trainer_ref[0].request_stop()
+            raise CollectionError("actor 1 (environment 1 of this process) "
+                                  "was killed by signal 9 (SIGKILL)")
+        return collect(self)
+    monkeypatch.setattr(AsyncCollector, "collect", failing)
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_collection_saves_the_last_complete_iteration(
+        tmp_path, monkeypatch):
+    from alf.trainers.collector import CollectionError
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        unroll_mode="async", num_env_steps=10 * SPI))
+    _failing_collect(monkeypatch, [trainer], at_unroll=3)
+    with pytest.raises(CollectionError) as info:
+        trainer.train()
+    assert "SIGKILL" in str(info.value), info.value
+    assert f"the checkpoint at {3 * SPI} env steps" in str(info.value)
+    assert ckpt_steps(str(tmp_path)) == [3 * SPI]
+    counters = Checkpointer.load(os.path.join(
+        str(tmp_path), "ckpt", f"ckpt-{3 * SPI}.pt"))["counters"]
+    assert counters["iteration"] == 3, counters
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_whose_iteration_failed_stops_with_the_iteration_before(
+        tmp_path, monkeypatch):
+    """A stop signal that also reached an actor's environment (a group's
+    SIGTERM) is still the stop asked for: its checkpoint is the last
+    complete iteration's."""
+    ref: list = []
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        unroll_mode="async", num_env_steps=10 * SPI))
+    ref.append(trainer)
+    _failing_collect(monkeypatch, ref, at_unroll=2, stop=True)
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.train()
+    assert f"stopped at {2 * SPI} env steps" in str(info.value), info.value
+    assert ckpt_steps(str(tmp_path)) == [2 * SPI]
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_dead_while_the_learner_trains_costs_no_iteration(
+        tmp_path, monkeypatch):
+    """Publishing to a dead actor completes the iteration (before, it
+    failed half-way, trained but not counted, and nothing was saved); the
+    next unroll says the actor died, and the iteration is saved."""
+    from alf.trainers.collector import CollectionError
+    ref: list = []
+    train_iter = PPOAlgorithm.train_iter
+
+    def killing(self, progress):
+        stats = train_iter(self, progress)
+        if ref[0].iteration == 2:
+            proc = ref[0]._collector._procs[1]
+            proc.kill()
+            proc.join()
+        return stats
+    monkeypatch.setattr(PPOAlgorithm, "train_iter", killing)
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        unroll_mode="async", num_env_steps=10 * SPI))
+    ref.append(trainer)
+    with pytest.raises(CollectionError) as info:
+        trainer.train()
+    assert "actor 1" in str(info.value) and "SIGKILL" in str(info.value)
+    # Iteration 3, or 4 if the actor had sent its part of the next unroll
+    # (collection runs an unroll ahead) before it died.
+    steps = ckpt_steps(str(tmp_path))
+    assert len(steps) == 1 and steps[0] in (3 * SPI, 4 * SPI), steps
+    assert f"the checkpoint at {steps[0]} env steps" in str(info.value)
