@@ -61,6 +61,7 @@ from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.inference_worker import inference_main
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
+from alf.trainers.stall_watch import StallWatch
 from alf.utils import distributed, process
 from alf.utils.errors import AlfError, ConfigError, TrainingError
 
@@ -68,6 +69,9 @@ if TYPE_CHECKING:
     from alf.algorithms.rl_algorithm import RLAlgorithm
 
 UNROLL_MODES = ("sync", "async")
+# How often a learner waiting for an unroll looks for actors that stopped
+# sending, and the least silence it reports (`StallWatch`), in seconds.
+_STALL_POLL, _STALL_SECONDS = 5.0, 120.0
 
 
 class ActorReport(NamedTuple):
@@ -298,6 +302,8 @@ class AsyncCollector:
                     c.close()
                 self._conns.append(mine)
                 self._procs.append(proc)
+            self._watch = StallWatch([p.pid for p in self._procs[:n]],
+                                     self._name, _STALL_SECONDS)
             self._receiver = threading.Thread(target=self._receive, daemon=True,
                                               name="alf-actor-receiver")
             self._receiver.start()
@@ -399,9 +405,12 @@ class AsyncCollector:
                     if i not in received:
                         self._send(conn, message)
                 cut = True
-            actor, message = self._get(
-                None if preemption is None or cut else preemption.poll_seconds)
-            if actor is not None and message[0] == "unroll":
+            wait = (_STALL_POLL if preemption is None or cut else
+                    min(preemption.poll_seconds, _STALL_POLL))
+            actor, message = self._get(wait)
+            if actor is None:
+                self._watch.check(self._waiting_for(received))
+            elif message[0] == "unroll":
                 # Keyed by the segment filled, or by the actor (its columns).
                 key = actor if self._seg is None else message[6]
                 self._unrolls.setdefault(message[1], {})[key] = (actor,
@@ -445,6 +454,7 @@ class AsyncCollector:
         self._next = u + 1
         now = time.perf_counter()
         period, self._last_collect = now - (self._last_collect or start), now
+        self._watch.unroll_took(period)
         lag = lag.double()
         # Where the actors' time went during this unroll (mean over actors):
         # waiting for a newer policy (the lag bound), stepping environments,
@@ -481,6 +491,14 @@ class AsyncCollector:
             summaries["collect/inference_batch_mean"] = torch.tensor(
                 self.inference_batches / max(self.inference_requests, 1))
         return summaries
+
+    def _waiting_for(self, received: dict) -> range | list:
+        """The actors whose part of the unroll has not come: those without
+        their columns in ``received``, or with segments (which any actor
+        fills) every actor."""
+        if self._seg is not None:
+            return range(self._n_actors)
+        return [i for i in range(self._n_actors) if i not in received]
 
     def _columns(self, parts):
         """(experience [T, B], lengths [B]) of an unroll from each actor's
@@ -618,6 +636,8 @@ class AsyncCollector:
                 continue  # lets a second Ctrl-C through
             if data is None:
                 self._raise_dead(actor)
+            if actor < self._n_actors:
+                self._watch.heard(actor)
             message = decode(data)
             if message[0] == "error":
                 if message[2] == "InferenceWorkerDied":

@@ -589,3 +589,39 @@ def test_two_ranks_on_async_batches_equal_one_process_on_the_union():
             assert diff <= 1e-5, f"{name}: max abs diff {diff}"
         moved += not torch.equal(before[name], ref)
     assert moved > 0  # the update changed the weights
+
+
+def test_a_stopped_actor_is_named_while_the_learner_waits(monkeypatch):
+    """An actor that sends nothing (SIGSTOP here) leaves the learner
+    waiting: a warning names it and its process state, and the unroll
+    arrives once it is resumed."""
+    import signal
+
+    from alf.trainers import collector as collector_module
+    from alf.trainers.stall_watch import StallWatch
+    monkeypatch.setattr(collector_module, "_STALL_POLL", 0.1)
+    monkeypatch.setattr(collector_module, "_STALL_SECONDS", 0.5)
+    warned = []
+    check = StallWatch.check
+
+    def resuming(self, waiting_for):
+        lines = check(self, waiting_for)
+        if lines:
+            warned.extend(lines)
+            os.kill(self._pids[1], signal.SIGCONT)
+        return lines
+    monkeypatch.setattr(StallWatch, "check", resuming)
+    collector, alg = _started(_config(max_policy_lag=0), all_ready=True)
+    try:
+        collector.collect()
+        _take(alg)
+        os.kill(collector._procs[1].pid, signal.SIGSTOP)
+        collector.publish(1)
+        collector.collect()
+        assert _take(alg).reward.shape[:2] == (6, 3)
+    finally:
+        os.kill(collector._procs[1].pid, signal.SIGCONT)
+        collector.close()
+    assert warned and all("actor 1 (environment 1 of this process)" in w
+                          for w in warned), warned
+    assert "is stopped (SIGSTOP" in warned[0], warned

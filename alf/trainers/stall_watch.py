@@ -1,0 +1,88 @@
+"""Says which actors a learner waiting for an unroll has not heard from.
+
+An actor that stops sending (its process stopped with SIGSTOP, a debugger,
+an environment that deadlocked or waits on a lost connection) would
+otherwise leave a run waiting silently, with the console's last progress
+line as the only sign. Slow environments are not a stall: the limit grows
+with the longest unroll seen, so only waiting well past what the run
+normally takes is reported, and it is a warning (a step that takes minutes
+may be legitimate), repeated at each further limit's worth of waiting.
+"""
+import time
+from typing import Callable, Dict, Iterable, List, Optional
+
+from absl import logging
+
+from alf.utils import process
+
+# What /proc/PID/stat's state letter says of a process that sends nothing.
+_STATES = {
+    "T": "is stopped (SIGSTOP or a job control stop: SIGCONT resumes it)",
+    "t": "is stopped by a debugger",
+    "D": "waits in the kernel (uninterruptible: a disk or network file "
+         "system?)",
+    "Z": "has exited (a zombie)",
+    "R": "is running (a slow environment step, or a loop?)",
+    "S": "is sleeping (blocked on something: a lock, a socket?)",
+}
+
+
+class StallWatch:
+    """Tracks when each actor was last heard from; `check` warns about
+    those silent for longer than the limit.
+
+    Args:
+        pids: the actors' process ids, by actor index.
+        name: names actor ``i`` for a message.
+        min_seconds: the least silence reported.
+        factor: the limit is at least this times the longest time an
+            unroll took so far.
+        clock: seconds (a test's).
+    """
+
+    def __init__(self, pids: List[Optional[int]], name: Callable[[int], str],
+                 min_seconds: float = 120.0, factor: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self._pids, self._name = pids, name
+        self._min, self._factor, self._clock = min_seconds, factor, clock
+        now = clock()
+        self._heard: Dict[int, float] = {i: now for i in range(len(pids))}
+        self._longest = 0.0
+        self._warned_at: Optional[float] = None
+
+    @property
+    def limit(self) -> float:
+        """The silence (seconds) reported now."""
+        return max(self._min, self._factor * self._longest)
+
+    def heard(self, actor: int) -> None:
+        """Actor ``actor`` sent something."""
+        self._heard[actor] = self._clock()
+
+    def unroll_took(self, seconds: float) -> None:
+        """An unroll (or a segment) took ``seconds`` to arrive."""
+        self._longest = max(self._longest, seconds)
+
+    def check(self, waiting_for: Iterable[int]) -> List[str]:
+        """Warns (and returns the lines) about the actors of
+        ``waiting_for`` silent for longer than the limit, at most once
+        per limit's worth of time."""
+        now, limit = self._clock(), self.limit
+        if self._warned_at is not None and now - self._warned_at < limit:
+            return []
+        lines = []
+        for i in sorted(set(waiting_for)):
+            silent = now - self._heard[i]
+            if silent < limit:
+                continue
+            pid = self._pids[i]
+            state = process.stat_fields(pid)[:1] if pid else []
+            how = _STATES.get(state[0], f"is in state {state[0]}") \
+                if state else "is gone"
+            lines.append(f"{self._name(i)} has sent nothing for "
+                         f"{silent:.0f} s; its process (pid {pid}) {how}")
+        if lines:
+            self._warned_at = now
+            for line in lines:
+                logging.warning("waiting for an unroll: %s", line)
+        return lines

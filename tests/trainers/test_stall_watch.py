@@ -1,0 +1,75 @@
+"""Tests of alf/trainers/stall_watch.py: which actors a waiting learner
+reports, when, and how it describes their processes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from alf.trainers.stall_watch import StallWatch
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _watch(pids, clock, **kw):
+    return StallWatch(pids, lambda i: f"actor {i}", clock=clock, **kw)
+
+
+def test_only_actors_silent_past_the_limit_are_reported_once_per_limit():
+    clock = _Clock()
+    watch = _watch([os.getpid(), os.getpid()], clock, min_seconds=10)
+    clock.now = 9
+    assert watch.check([0, 1]) == []
+    watch.heard(1)
+    clock.now = 11
+    lines = watch.check([0, 1])
+    assert len(lines) == 1 and lines[0].startswith("actor 0 has sent "
+                                                   "nothing for 11 s"), lines
+    assert "is running" in lines[0], lines  # this test's own process
+    clock.now = 15
+    assert watch.check([0, 1]) == []  # not again within the limit
+    clock.now = 22
+    assert len(watch.check([0, 1])) == 2  # actor 1 silent 11 s by now
+    assert watch.check([]) == []
+
+
+def test_the_limit_grows_with_the_slowest_unroll():
+    clock = _Clock()
+    watch = _watch([os.getpid()], clock, min_seconds=10, factor=3)
+    watch.unroll_took(5)
+    assert watch.limit == 15
+    clock.now = 12
+    assert watch.check([0]) == []
+    clock.now = 16
+    assert watch.check([0])
+
+
+@pytest.mark.timeout(30)
+def test_a_stopped_process_is_named_as_stopped_and_a_gone_one_as_gone():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; time.sleep(60)"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        clock = _Clock()
+        watch = _watch([child.pid, 2 ** 22 + 1], clock, min_seconds=1)
+        clock.now = 2
+        for _ in range(100):  # the stop takes effect once it is scheduled
+            lines = watch.check([0, 1])
+            if "stopped" in lines[0]:
+                break
+            watch._warned_at = None
+            time.sleep(0.1)
+        assert "is stopped (SIGSTOP" in lines[0], lines
+        assert f"pid {child.pid}" in lines[0], lines
+        assert lines[1].endswith("is gone"), lines
+    finally:
+        child.kill()
+        child.wait()
