@@ -145,6 +145,11 @@ class Preemption:
         return f"preempt/{unroll}"
 
 
+# TrainerConfig's settings of preemption, which without
+# ``preempt_stragglers`` do nothing.
+_SETTINGS = ("sync_frac", "min_rollout_fraction", "preempt_rule")
+
+
 def make_preemption(config, rank: int,
                     world_size: int) -> Optional[Preemption]:
     """The `Preemption` of ``config`` (a rank's `TrainerConfig`), or None
@@ -154,6 +159,11 @@ def make_preemption(config, rank: int,
         ConfigError: preemption asked for outside a group that alf formed.
     """
     if not config.preempt_stragglers:
+        given = [f"{n}={getattr(config, n)!r}" for n in _SETTINGS
+                 if config.given(n)]
+        if given and rank == 0:
+            logging.warning("TrainerConfig.%s does nothing without "
+                            "preempt_stragglers=True", ", ".join(given))
         return None
     if world_size == 1:
         logging.warning("TrainerConfig.preempt_stragglers=True does nothing "

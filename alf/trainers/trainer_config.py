@@ -298,14 +298,14 @@ class TrainerConfig:
                               "TrainerConfig.algorithm_ctor = @PPOAlgorithm")
         if former_spelling("TrainerConfig", "mini_batch_size",
                            mini_batch_size, ["minibatch_size"],
-                           self._given("minibatch_size")):
+                           self.given("minibatch_size")):
             self.minibatch_size = mini_batch_size
         if former_spelling("TrainerConfig", "num_updates_per_train_iter",
                            num_updates_per_train_iter,
                            ["num_epochs (on-policy)",
                             "num_updates_per_iter (off-policy)"],
-                           self._given("num_epochs")
-                           or self._given("num_updates_per_iter")):
+                           self.given("num_epochs")
+                           or self.given("num_updates_per_iter")):
             self.num_epochs = num_updates_per_train_iter
             self.num_updates_per_iter = num_updates_per_train_iter
         for name in ("num_envs", "unroll_length", "minibatch_size",
@@ -417,7 +417,7 @@ class TrainerConfig:
                     f"divide among {world_size} processes; use a multiple "
                     f"of {world_size}")
 
-    def _given(self, name: str) -> bool:
+    def given(self, name: str) -> bool:
         """Whether field ``name`` differs from its default (was given)."""
         return getattr(self, name) != _FIELDS[name].default
 

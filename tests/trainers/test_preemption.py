@@ -342,3 +342,15 @@ def test_settings_under_which_no_rank_can_be_preempted_say_so(
     make_preemption(TrainerConfig(algorithm_ctor=PPOAlgorithm,
                                   preempt_stragglers=True), 0, 2)
     assert "none is ever preempted" not in caplog.text
+
+
+def test_preemption_settings_without_preemption_say_they_do_nothing(caplog):
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, sync_frac=0.5,
+                        min_rollout_fraction=0.5)
+    assert make_preemption(cfg, 0, 2) is None
+    assert ("TrainerConfig.sync_frac=0.5, min_rollout_fraction=0.5 does "
+            "nothing without preempt_stragglers=True") in caplog.text
+    caplog.clear()
+    assert make_preemption(TrainerConfig(algorithm_ctor=PPOAlgorithm),
+                           0, 2) is None
+    assert "does nothing" not in caplog.text
