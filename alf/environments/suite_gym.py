@@ -9,6 +9,7 @@ value of the observation that really ended the episode.
 """
 import difflib
 import inspect
+import re
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -105,6 +106,13 @@ class EnvironmentWorkerDied(AlfError):
     """An environment's worker process died (killed, out of memory, a
     crash in native code): restarting from the last checkpoint may help."""
     retryable = True
+
+    def whose(self, owner: str) -> "EnvironmentWorkerDied":
+        """This error, saying whose environments they were (``owner``:
+        "training", "rank 1's training", "evaluation"): the workers are
+        numbered within their own vector environment."""
+        return EnvironmentWorkerDied(re.sub(
+            r"\benvironment worker", f"{owner} environment worker", str(self)))
 
 
 # What a pipe to a dead worker raises.
@@ -230,8 +238,8 @@ class GymEnvironment(BatchedEnvironment):
             which = "; ".join(f"environment worker {i} of {len(procs)} "
                               f"{process.describe_exit(code)}"
                               for i, code in dead) or (
-                                  f"an environment worker's pipe broke "
-                                  f"({type(e).__name__})")
+                                  f"a pipe to the environment workers "
+                                  f"broke ({type(e).__name__})")
             raise EnvironmentWorkerDied(which) from e
 
     def _abandon(self) -> None:

@@ -55,6 +55,7 @@ import torch
 
 from alf import nest
 from alf.environments.batched import BatchedEnvironment
+from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers.actor import (actor_main, decode, encode,
                                 raise_reported, transition)
 from alf.trainers.episode_stats import EpisodeStats
@@ -171,7 +172,13 @@ class SyncCollector:
                     steps = t
                     break
                 step = alg.rollout_step(obs)
-                ts = env.step(step.output)
+                try:
+                    ts = env.step(step.output)
+                except EnvironmentWorkerDied as e:
+                    # Evaluations' workers are numbered the same way.
+                    rank = (f"rank {distributed.get_rank()}'s "
+                            if distributed.get_world_size() > 1 else "")
+                    raise e.whose(f"{rank}training") from e
                 exp, obs = transition(alg, obs, step, ts, versions)
                 alg.store(exp)
                 self._episodes.update(ts.reward, ts.done, ts.episode_info)

@@ -14,6 +14,7 @@ from alf import nest
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.environments import env_fn
 from alf.environments.batched import BatchedEnvironment, check_environment
+from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers import seeds
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
@@ -258,7 +259,10 @@ def _evaluate_sets(sets, algorithm, should_stop):
         seed = sets[0][0]._seed
         if seed is not None:
             torch.manual_seed(seed)
-        played = _play_sets(sets, algorithm, should_stop)
+        try:
+            played = _play_sets(sets, algorithm, should_stop)
+        except EnvironmentWorkerDied as e:
+            raise e.whose("evaluation") from e
     out = []
     for (evaluator, variants), (returns, lengths, metrics) in zip(sets,
                                                                   played):

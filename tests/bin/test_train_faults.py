@@ -309,8 +309,8 @@ def test_a_killed_environment_worker_is_one_line_then_a_restart(tmp_path):
     assert workers, run.out
     os.kill(workers[0], signal.SIGKILL)
     assert run.finish(timeout=180) == 0, run.out[-3000:]
-    assert re.search(r"error: environment worker 0 of \d+ was killed by "
-                     "SIGKILL", run.out), run.out[-3000:]
+    assert re.search(r"error: training environment worker 0 of \d+ was "
+                     "killed by SIGKILL", run.out), run.out[-3000:]
     assert "restart 1 of 1" in run.out and "Traceback" not in run.out, \
         run.out[-3000:]
     _assert_finished(root, steps)

@@ -394,6 +394,11 @@ def test_a_killed_worker_is_a_retryable_error_and_close_ends_the_rest(
         else:
             env.reset(seed=1)
     assert info.value.retryable
+    # Whose: the trainer's and the evaluator's workers count the same way.
+    whose = info.value.whose("rank 1's training")
+    assert str(whose).startswith("rank 1's training environment worker 1 "
+                                 "of 3 was killed by SIGKILL"), whose
+    assert whose.retryable
     start = time.time()
     env.close()
     assert time.time() - start < 15

@@ -508,6 +508,28 @@ def test_environments_in_subprocesses_outlive_the_build():
         evaluator.close()
 
 
+@pytest.mark.timeout(120)
+def test_a_killed_worker_is_named_as_the_evaluations():
+    """Its workers count from 0 as the training environments' do: the
+    error says which they were."""
+    import signal
+
+    class Config(_Config):
+        env_name, async_env, num_eval_episodes = "CartPole-v1", True, 2
+
+    evaluator = make_evaluator(Config(), suite_gym.load)
+    try:
+        worker = evaluator._envs[1]._env.processes[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(10)
+        with pytest.raises(suite_gym.EnvironmentWorkerDied, match=(
+                "^evaluation environment worker 0 of 1 was killed by "
+                "SIGKILL")):
+            evaluator.evaluate(_FirstObservation())
+    finally:
+        evaluator.close()
+
+
 def test_close_closes_every_group_even_when_one_fails():
     groups = [_group([2]) for _ in range(3)]
     closed = []
