@@ -34,6 +34,7 @@ Messages (`actor.encode`d, over the evaluator's pipe):
 import dataclasses
 import multiprocessing as mp
 import pickle
+import time
 from typing import Any, Callable, Dict, List, NamedTuple, NoReturn, Optional
 
 import gin
@@ -48,6 +49,9 @@ from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
 from alf.utils.errors import AlfError
+
+# The least time between two warnings of skipped evaluations, in seconds.
+_SKIP_WARNING_SECONDS = 60.0
 
 #: Sent instead of an evaluation load function that does not pickle (a
 #: gin-scoped ``@held_out/suite_metadrive.load``): the evaluator takes it
@@ -195,6 +199,10 @@ class AsyncEvaluator:
         # (env_steps, acting state, snapshot).
         self._running: Optional[tuple] = None
         self._waiting: Optional[tuple] = None
+        # Evaluations skipped since the last warning of it (their env
+        # steps), and when that warning was given.
+        self._skipped: List[int] = []
+        self._skip_warned_at: Optional[float] = None
 
     def wait_ready(self) -> None:
         """Waits until the evaluator has built its environments and policy
@@ -218,11 +226,29 @@ class AsyncEvaluator:
             self._send(request)
             return
         if self._waiting is not None:
-            logging.warning(
-                "evaluation at %d env steps skipped: the evaluator was still "
-                "busy (use a larger eval_interval, fewer num_eval_episodes, "
-                "or async_eval=False)", self._waiting[0])
+            self._skip(self._waiting[0])
         self._waiting = request
+
+    def _skip(self, env_steps: int) -> None:
+        """Notes that the evaluation at ``env_steps`` is skipped: a warning
+        the first time, then one a minute at most, with how many since
+        (an ``eval_interval`` far shorter than an evaluation would skip,
+        and say so, every iteration)."""
+        self._skipped.append(env_steps)
+        now = time.monotonic()
+        if (self._skip_warned_at is not None and
+                now - self._skip_warned_at < _SKIP_WARNING_SECONDS):
+            return
+        steps = self._skipped
+        which = (f"evaluation at {steps[0]} env steps" if len(steps) == 1
+                 else f"{len(steps)} evaluations, at {steps[0]} to "
+                 f"{steps[-1]} env steps,")
+        logging.warning(
+            "%s skipped: the evaluator was still busy (use a larger "
+            "eval_interval, fewer num_eval_episodes, or async_eval=False)%s",
+            which, "" if self._skip_warned_at is None else
+            "; this is said once a minute at most")
+        self._skipped, self._skip_warned_at = [], now
 
     def poll(self, timeout: float = 0.0) -> List[EvalResult]:
         """The evaluations finished so far (waits up to ``timeout`` s for
