@@ -113,9 +113,9 @@ class ActorReport(NamedTuple):
 
 class CollectionError(AlfError):
     """An actor process of asynchronous collection failed or died (an
-    environment's crash, the kernel's out-of-memory kill): a restart from
-    the last checkpoint may get past it, as past a dead environment worker
-    of lock-step collection."""
+    environment's crash, the kernel's out-of-memory kill), or an
+    environment worker of lock-step collection died: a restart from the
+    last checkpoint may get past it."""
     retryable = True
 
 
@@ -166,6 +166,9 @@ class SyncCollector:
         preemption, steps = self._preemption, self._unroll_length
         if preemption is not None:
             preemption.begin(self._version)
+        # A dead environment worker fails the unroll; the trainer then
+        # saves the last complete iteration, whose RNG this is.
+        rng = torch.get_rng_state()
         with torch.inference_mode():
             for t in range(self._unroll_length):
                 if preemption is not None and preemption.should_stop(t):
@@ -175,6 +178,7 @@ class SyncCollector:
                 try:
                     ts = env.step(step.output)
                 except EnvironmentWorkerDied as e:
+                    torch.set_rng_state(rng)
                     # Evaluations' workers are numbered the same way.
                     rank = (f"rank {distributed.get_rank()}'s "
                             if distributed.get_world_size() > 1 else "")

@@ -22,6 +22,7 @@ from absl import logging
 from alf.algorithms.deterministic_offset import CALIBRATED
 from alf.algorithms.rl_algorithm import RLAlgorithm
 from alf.environments.batched import check_environment
+from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers import seeds
 from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
                                           snapshot)
@@ -334,16 +335,18 @@ class Trainer:
 
     def _collect(self) -> Dict[str, torch.Tensor]:
         """The collector's unroll, with the ranks' agreement on whether
-        asynchronous collection failed on any of them (an actor that died
-        fails it before anything is stored): then `_CollectionFailed` on
-        every rank, so that all save the last complete iteration."""
+        collection failed on any of them (an actor or an environment worker
+        that died): then `_CollectionFailed` on every rank, so that all
+        save the last complete iteration. An actor's death fails an unroll
+        before anything of it is stored; a worker's, in lock-step
+        collection, may leave some of its steps stored, which nothing
+        saves but an off-policy replay buffer (real transitions, a few
+        more than the steps counted)."""
         assert self._collector is not None and self._counts is not None
-        if not isinstance(self._collector, AsyncCollector):
-            return self._collector.collect()
         failure, stats = None, {}
         try:
             stats = self._collector.collect()
-        except CollectionError as e:
+        except (CollectionError, EnvironmentWorkerDied) as e:
             failure = one_line(e)
         reason = self._counts.agree_failure(failure)
         if reason is not None:

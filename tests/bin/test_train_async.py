@@ -1,6 +1,6 @@
 """The training CLI with asynchronous collection (actor processes): Ctrl-C
-(then resume), a killed actor and 2-process training end cleanly, leaving no
-process."""
+(then resume), a killed actor (and, lock-step, a killed environment worker)
+and 2-process training end cleanly, leaving no process."""
 import glob
 import os
 import signal
@@ -67,12 +67,13 @@ def _actors(pid):
             if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()]
 
 
-def _assert_saved_the_last_iteration(run, root, spi):
-    """One error line naming the killed actor and the checkpoint saved,
-    which holds a complete iteration (no regular checkpoint is due)."""
+def _assert_saved_the_last_iteration(run, root, spi, who="actor"):
+    """One error line naming the killed process (``who``) and the
+    checkpoint saved, which holds a complete iteration (no regular
+    checkpoint is due)."""
     said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
     assert len(said) == 1, run.out
-    assert "actor" in said[0] and "SIGKILL" in said[0], said[0]
+    assert who in said[0] and "SIGKILL" in said[0], said[0]
     assert "Traceback" not in run.out, run.out
     ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
     assert len(ckpts) == 1, run.out
@@ -123,6 +124,30 @@ def test_an_actor_killed_in_rank_1_ends_both_ranks_after_rank_0_saves(
     assert rc == 1, run.out
     _assert_saved_the_last_iteration(run, root, 32)
     assert "of rank 1" in run.out, run.out
+
+
+def test_a_killed_environment_worker_of_rank_1_saves_the_iteration_too(
+        tmp_path):
+    """Lock-step collection, environments in subprocesses: a worker's
+    death is agreed and saved for as an actor's is."""
+    root = tmp_path / "run"
+    run = _Run(_cmd(root, **{
+        "TrainerConfig.async_env": "True",
+        "TrainerConfig.log_interval_seconds": "0.1",
+        "TrainerConfig.eval_interval": "0",
+        "TrainerConfig.num_env_steps": "10000000",
+        "TrainerConfig.checkpoint_interval": "1000000"}) + [
+            "--distributed", "multi-process", "--num_processes", "2"])
+    try:
+        assert run.started.wait(120), run.out
+        workers = _actors(rank_pids(run.proc.pid)[1])
+        assert workers, run.out
+        os.kill(workers[0], signal.SIGKILL)
+    finally:
+        rc = run.finish(timeout=150)
+    assert rc == 1, run.out
+    _assert_saved_the_last_iteration(
+        run, root, 32, who="rank 1's training environment worker 0 of 1")
 
 
 def test_async_two_processes_train_and_finish(tmp_path):

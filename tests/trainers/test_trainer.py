@@ -718,3 +718,42 @@ def test_an_actor_dead_while_the_learner_trains_costs_no_iteration(
     steps = ckpt_steps(str(tmp_path))
     assert len(steps) == 1 and steps[0] in (3 * SPI, 4 * SPI), steps
     assert f"the checkpoint at {steps[0]} env steps" in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_environment_worker_saves_what_a_regular_checkpoint_would(
+        tmp_path, monkeypatch):
+    """Lock-step collection: a worker that dies fails the unroll half-way;
+    the checkpoint saved then is the last complete iteration's, equal to
+    the one a run without the failure saves there (its RNG too, so that
+    resuming from it is exact)."""
+    from alf.trainers.collector import CollectionError
+    ref: list = []
+    train_iter = PPOAlgorithm.train_iter
+
+    def killing(self, progress):
+        stats = train_iter(self, progress)
+        if ref and ref[0].iteration == 2:
+            worker = ref[0]._collector._env._env.processes[1]
+            worker.kill()
+            worker.join()
+        return stats
+    monkeypatch.setattr(PPOAlgorithm, "train_iter", killing)
+    failed = Trainer(str(tmp_path / "failed"), config=tiny_config(
+        async_env=True, num_env_steps=10 * SPI))
+    ref.append(failed)
+    with pytest.raises(CollectionError) as info:
+        failed.train()
+    assert str(info.value).startswith(
+        "training environment worker 1 of 2 was killed by SIGKILL")
+    assert f"the checkpoint at {3 * SPI} env steps" in str(info.value)
+    assert ckpt_steps(str(tmp_path / "failed")) == [3 * SPI]
+    ref.clear()
+    Trainer(str(tmp_path / "regular"), config=tiny_config(
+        async_env=True, num_env_steps=3 * SPI)).train()
+    got, want = (Checkpointer.load(os.path.join(
+        str(tmp_path / name), "ckpt", f"ckpt-{3 * SPI}.pt"))
+        for name in ("failed", "regular"))
+    for key in ("algorithm", "optimizers", "rng"):
+        assert_same(got[key], want[key], key)
+    assert got["counters"]["iteration"] == want["counters"]["iteration"]
