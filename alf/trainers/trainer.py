@@ -343,6 +343,12 @@ class Trainer:
         saves but an off-policy replay buffer (real transitions, a few
         more than the steps counted)."""
         assert self._collector is not None and self._counts is not None
+        cfg = self.config
+        # Only helper processes die so (actors, environment workers), and
+        # only then is the collective (~1 ms on 2 cores) paid: SAC's
+        # iterations of one step each take a few ms.
+        if not (cfg.unroll_mode == "async" or cfg.async_env):
+            return self._collector.collect()
         failure, stats = None, {}
         try:
             stats = self._collector.collect()
