@@ -42,12 +42,14 @@ stored step carries the acting policy's ``rollout_info`` (PPO's
 behaviour log-probability, used in the ratio) and its version.
 """
 import multiprocessing as mp
+import os
 import queue
 import signal
 import threading
 import time
 from multiprocessing import connection
-from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, cast
+from typing import (TYPE_CHECKING, Callable, Dict, NamedTuple, NoReturn,
+                    Optional, cast)
 
 import gin
 import gymnasium as gym
@@ -72,7 +74,7 @@ if TYPE_CHECKING:
 UNROLL_MODES = ("sync", "async")
 # How often a learner waiting for an unroll looks for actors that stopped
 # sending, and the least silence it reports (`StallWatch`), in seconds.
-_STALL_POLL, _STALL_SECONDS = 5.0, 120.0
+_STALL_POLL, _STALL_SECONDS = 1.0, 120.0
 
 
 class ActorReport(NamedTuple):
@@ -119,6 +121,12 @@ class CollectionError(AlfError):
     retryable = True
 
 
+class CollectionStopped(AlfError):
+    """A stop was asked for while the learner waited for an unroll that
+    did not come in time (an actor stopped or hung): the trainer then
+    saves the last complete iteration instead of waiting on."""
+
+
 class SyncCollector:
     """Lock-step collection in the learner's thread (the exact mode).
 
@@ -144,12 +152,14 @@ class SyncCollector:
 
     def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
               version: int, torch_seed: Optional[int] = None,
-              preemption: Optional[Preemption] = None) -> None:
+              preemption: Optional[Preemption] = None,
+              stop_asked: Optional[Callable[[], bool]] = None) -> None:
         """Resets the environments (env ``i`` gets seed ``env_seed + i``)
         for ``algorithm`` to act in; ``version`` is the policy version of
         the first unroll. Acting draws from torch's global RNG, which the
-        trainer seeds (``torch_seed`` is for `AsyncCollector`). With
-        ``preemption``, an unroll ends early when it says so."""
+        trainer seeds (``torch_seed`` and ``stop_asked`` are for
+        `AsyncCollector`). With ``preemption``, an unroll ends early when
+        it says so."""
         self._alg, self._episodes, self._version = algorithm, episodes, version
         self._preemption = preemption
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
@@ -242,6 +252,7 @@ class AsyncCollector:
         self._error: Optional[BaseException] = None
         self._last_collect = None
         self._preemption: Optional[Preemption] = None
+        self._stop_asked: Optional[Callable[[], bool]] = None
         self.last_steps, self.last_preempted = 0, False
         self._started = False  # `start` sent the actors their policy
         # Actors' CPU seconds (all of it, and in the environments' step)
@@ -357,14 +368,16 @@ class AsyncCollector:
 
     def start(self, algorithm, episodes: EpisodeStats, env_seed: int,
               version: int, torch_seed: int,
-              preemption: Optional[Preemption] = None) -> None:
+              preemption: Optional[Preemption] = None,
+              stop_asked: Optional[Callable[[], bool]] = None) -> None:
         """Sends every actor ``algorithm``'s policy at ``version`` (also the
         index of the first unroll) and its seeds; env ``i`` of this rank
         gets seed ``env_seed + i``. Finished episodes go to ``episodes``.
         With ``preemption``, `collect` cuts an unroll short when it says
-        so."""
+        so; once ``stop_asked()``, it waits for an unroll only
+        `StallWatch.stop_limit` longer (`CollectionStopped`)."""
         self._alg, self._episodes, self._next = algorithm, episodes, version
-        self._preemption = preemption
+        self._preemption, self._stop_asked = preemption, stop_asked
         self.check_algorithm(algorithm)
         if self._seg is not None:
             with self._claimed.get_lock():
@@ -406,6 +419,7 @@ class AsyncCollector:
             self._first_collect = start
         received = self._unrolls.setdefault(u, {})
         preemption, cut = self._preemption, False
+        stop_seen: Optional[float] = None  # when a stop was first seen
         if preemption is not None:
             preemption.begin(u)
         while len(received) < self._parts:
@@ -419,6 +433,10 @@ class AsyncCollector:
             wait = (_STALL_POLL if preemption is None or cut else
                     min(preemption.poll_seconds, _STALL_POLL))
             actor, message = self._get(wait)
+            if self._stop_asked is not None and self._stop_asked():
+                stop_seen = stop_seen or time.perf_counter()
+                if time.perf_counter() - stop_seen > self._watch.stop_limit:
+                    self._stopped_waiting(received)
             if actor is None:
                 self._watch.check(self._waiting_for(received))
             elif message[0] == "unroll":
@@ -502,6 +520,15 @@ class AsyncCollector:
             summaries["collect/inference_batch_mean"] = torch.tensor(
                 self.inference_batches / max(self.inference_requests, 1))
         return summaries
+
+    def _stopped_waiting(self, received: dict) -> NoReturn:
+        """Ends the wait for an unroll that a stop has waited for long
+        enough: the actors that hold it back are named."""
+        limit = self._watch.stop_limit
+        silent = self._watch.silent(self._waiting_for(received), limit)
+        raise CollectionStopped(
+            "; ".join(silent) if silent else
+            f"the unroll did not come within {limit:.0f} s")
 
     def _waiting_for(self, received: dict) -> range | list:
         """The actors whose part of the unroll has not come: those without
@@ -595,11 +622,17 @@ class AsyncCollector:
         """Stops the actors and inference workers (killing any that do not
         stop in time)."""
         stop = encode(("stop", ))
-        for conn in self._conns:
+        for conn, proc in zip(self._conns, self._procs):
             try:
                 conn.send_bytes(stop)
             except OSError:
                 pass  # already gone
+            # One stopped (SIGSTOP) reads "stop" only once resumed.
+            if proc.pid is not None and proc.is_alive():
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)
+                except OSError:
+                    pass
         # Before `start` no actor holds anything to finish, and one still
         # importing torch or building its simulator reads "stop" only once
         # ready: a stop during the start-up waited 10 s for it.

@@ -1,4 +1,5 @@
-"""Says which actors a learner waiting for an unroll has not heard from.
+"""Says which actors a learner waiting for an unroll has not heard from,
+and how long a learner asked to stop waits for them.
 
 An actor that stops sending (its process stopped with SIGSTOP, a debugger,
 an environment that deadlocked or waits on a lost connection) would
@@ -37,14 +38,17 @@ class StallWatch:
         min_seconds: the least silence reported.
         factor: the limit is at least this times the longest time an
             unroll took so far.
+        stop_seconds: the least `stop_limit`.
         clock: seconds (a test's).
     """
 
     def __init__(self, pids: List[Optional[int]], name: Callable[[int], str],
                  min_seconds: float = 120.0, factor: float = 3.0,
+                 stop_seconds: float = 5.0,
                  clock: Callable[[], float] = time.monotonic):
         self._pids, self._name = pids, name
         self._min, self._factor, self._clock = min_seconds, factor, clock
+        self._stop_min = stop_seconds
         now = clock()
         self._heard: Dict[int, float] = {i: now for i in range(len(pids))}
         self._longest = 0.0
@@ -63,6 +67,13 @@ class StallWatch:
         """An unroll (or a segment) took ``seconds`` to arrive."""
         self._longest = max(self._longest, seconds)
 
+    @property
+    def stop_limit(self) -> float:
+        """How long a learner asked to stop still waits for an unroll:
+        twice the slowest so far (healthy actors deliver within it), and
+        at least ``stop_seconds``."""
+        return max(self._stop_min, 2 * self._longest)
+
     def check(self, waiting_for: Iterable[int]) -> List[str]:
         """Warns (and returns the lines) about the actors of
         ``waiting_for`` silent for longer than the limit, at most once
@@ -70,10 +81,21 @@ class StallWatch:
         now, limit = self._clock(), self.limit
         if self._warned_at is not None and now - self._warned_at < limit:
             return []
-        lines = []
+        lines = self.silent(waiting_for, limit)
+        if lines:
+            self._warned_at = now
+            for line in lines:
+                logging.warning("waiting for an unroll: %s", line)
+        return lines
+
+    def silent(self, waiting_for: Iterable[int],
+               seconds: float) -> List[str]:
+        """Says, for each actor of ``waiting_for`` silent for at least
+        ``seconds``, how long and what its process is doing."""
+        now, lines = self._clock(), []
         for i in sorted(set(waiting_for)):
             silent = now - self._heard[i]
-            if silent < limit:
+            if silent < seconds:
                 continue
             pid = self._pids[i]
             state = process.stat_fields(pid)[:1] if pid else []
@@ -81,8 +103,4 @@ class StallWatch:
                 if state else "is gone"
             lines.append(f"{self._name(i)} has sent nothing for "
                          f"{silent:.0f} s; its process (pid {pid}) {how}")
-        if lines:
-            self._warned_at = now
-            for line in lines:
-                logging.warning("waiting for an unroll: %s", line)
         return lines

@@ -31,7 +31,7 @@ from alf.trainers.calibration import (Calibrator, check_algorithm,
 from alf.trainers.checkpointer import WRITE_ADVICE, free_space
 from alf.trainers.collection_counts import CollectionCounts
 from alf.trainers.collector import (AsyncCollector, CollectionError,
-                                   SyncCollector)
+                                   CollectionStopped, SyncCollector)
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (EvaluationStopped, Evaluator,
                                     evaluate_together,
@@ -264,7 +264,8 @@ class Trainer:
                                   cfg.local_num_envs)
         self._preemption = make_preemption(cfg, self.rank, self.world_size)
         self._collector.start(self.algorithm, self._episodes, env_seed,
-                              self.iteration, torch_seed, self._preemption)
+                              self.iteration, torch_seed, self._preemption,
+                              self._stop_asked)
         self._reporter.start_clock(self.iteration, self.env_steps)
         self._summarized_at = self.iteration
         return True
@@ -325,8 +326,8 @@ class Trainer:
         if stop:
             sig = self._stop_requests.signal or signal.SIGINT
             if self.is_chief:
-                logging.warning("%s during the iteration that %s waited "
-                                "for", reason, process.signal_name(sig))
+                logging.warning("%s: %s; the iteration the stop waited for "
+                                "is dropped", process.signal_name(sig), reason)
             return self._interrupted(sig, path)
         return CollectionError(
             f"{reason}; the checkpoint at {self.env_steps} env steps (the "
@@ -352,7 +353,8 @@ class Trainer:
         failure, stats = None, {}
         try:
             stats = self._collector.collect()
-        except (CollectionError, EnvironmentWorkerDied) as e:
+        except (CollectionError, CollectionStopped,
+                EnvironmentWorkerDied) as e:
             failure = one_line(e)
         reason = self._counts.agree_failure(failure)
         if reason is not None:

@@ -126,6 +126,36 @@ def test_an_actor_killed_in_rank_1_ends_both_ranks_after_rank_0_saves(
     assert "of rank 1" in run.out, run.out
 
 
+def test_a_stop_ends_a_wait_for_a_stopped_actor_of_rank_1(tmp_path):
+    """A hung actor (SIGSTOP) held the run past a scheduler's SIGTERM
+    until its grace ran out, without a checkpoint: now both ranks save
+    the last complete iteration and exit as stopped."""
+    root = tmp_path / "run"
+    run = _Run(_cmd(root, **dict(ASYNC, **{
+        "TrainerConfig.num_env_steps": "10000000",
+        "TrainerConfig.checkpoint_interval": "1000000"})) + [
+            "--distributed", "multi-process", "--num_processes", "2"])
+    try:
+        assert run.started.wait(120), run.out
+        actors = _actors(rank_pids(run.proc.pid)[1])
+        assert actors, run.out
+        os.kill(actors[0], signal.SIGSTOP)
+        time.sleep(1.0)
+        run.proc.send_signal(signal.SIGTERM)
+        start = time.time()
+        rc = run.finish(timeout=60)
+        took = time.time() - start
+    finally:
+        run.finish()
+    assert rc == 143, run.out
+    assert took < 45, took
+    assert "stopped at" in run.out and "Traceback" not in run.out, run.out
+    assert "actor 0 (environment 0 of rank 1) has sent nothing" in run.out
+    ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
+    assert len(ckpts) == 1, run.out
+    assert_no_process_left(run.proc.pid)
+
+
 def test_a_killed_environment_worker_of_rank_1_saves_the_iteration_too(
         tmp_path):
     """Lock-step collection, environments in subprocesses: a worker's

@@ -757,3 +757,40 @@ def test_a_dead_environment_worker_saves_what_a_regular_checkpoint_would(
     for key in ("algorithm", "optimizers", "rng"):
         assert_same(got[key], want[key], key)
     assert got["counters"]["iteration"] == want["counters"]["iteration"]
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_does_not_wait_forever_for_a_stopped_actor(
+        tmp_path, monkeypatch, caplog):
+    """An actor that sends nothing (SIGSTOP here, a hung simulator on a
+    cluster) held a stopping run in its unroll until a second signal; now
+    the stop waits `StallWatch.stop_limit` (5 s here), then saves the last
+    complete iteration, naming the actor."""
+    import signal
+    import threading
+    import time
+
+    ref: list = []
+    train_iter = PPOAlgorithm.train_iter
+    asked: list = []
+
+    def stopping(self, progress):
+        stats = train_iter(self, progress)
+        if ref[0].iteration == 2:  # collection waits for each version
+            os.kill(ref[0]._collector._procs[1].pid, signal.SIGSTOP)
+            threading.Timer(0.5, lambda: (asked.append(time.monotonic()),
+                                          ref[0].request_stop(
+                                              signal.SIGTERM))).start()
+        return stats
+    monkeypatch.setattr(PPOAlgorithm, "train_iter", stopping)
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        unroll_mode="async", max_policy_lag=0, num_env_steps=100 * SPI))
+    ref.append(trainer)
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.train()
+    assert 4.5 < time.monotonic() - asked[0] < 30, "the stop's wait"
+    assert f"stopped at {3 * SPI} env steps" in str(info.value)
+    assert ckpt_steps(str(tmp_path)) == [3 * SPI]
+    assert ("SIGTERM: actor 1 (environment 1 of this process) has sent "
+            "nothing for") in caplog.text, caplog.text
+    assert "is stopped (SIGSTOP" in caplog.text, caplog.text
