@@ -60,8 +60,9 @@ FROM_GIN = "from gin"
 
 
 class EvaluationError(AlfError):
-    """The evaluator process failed or died (a restart from the last
-    checkpoint may get past it)."""
+    """The evaluator process failed or died, or a worker of the trainer's
+    own evaluation environments did (a restart from the last checkpoint
+    may get past it)."""
     retryable = True
 
 

@@ -38,15 +38,21 @@ class StopRequests:
 
         A control-flow decision: all ranks stop (or checkpoint) at the same
         iteration if any of them was asked to, whichever rank the signal
-        reached; one all-reduce of two numbers.
+        reached; one all-reduce of three numbers (`agree_with`'s).
         """
+        return self.agree_with(False)[:2]
+
+    def agree_with(self, failed: bool) -> Tuple[int, bool, bool]:
+        """`agree`, and whether any rank ``failed`` (a helper process of
+        its, such as rank 0's evaluator, died), in the same all-reduce."""
         asked = self._checkpoints_asked
         flags = distributed.all_reduce_max(torch.tensor(
-            [float(self.signal), float(asked > self._checkpoints_served)]))
+            [float(self.signal), float(asked > self._checkpoints_served),
+             float(failed)]))
         self._checkpoints_served = asked
         if flags[0] and not self.signal:
             self.signal = int(flags[0])
-        return int(flags[0]), bool(flags[1])
+        return int(flags[0]), bool(flags[1]), bool(flags[2])
 
 
 def install_handlers(requests: StopRequests, world_size: int,

@@ -14,7 +14,7 @@ import functools
 import os
 import signal
 import time
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Type, Union
 
 import torch
 from absl import logging
@@ -25,7 +25,7 @@ from alf.environments.batched import check_environment
 from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers import seeds
 from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
-                                          snapshot)
+                                          EvaluationError, snapshot)
 from alf.trainers.calibration import (Calibrator, check_algorithm,
                                       make_calibrator, offset_columns)
 from alf.trainers.checkpointer import WRITE_ADVICE, free_space
@@ -47,9 +47,19 @@ from alf.utils.errors import (AlfError, TrainingError, TrainingInterrupted,
                               one_line)
 
 
-class _CollectionFailed(Exception):
-    """Collection failed on some rank (its one-line reason), leaving every
-    rank's state as the last complete iteration left it."""
+class _HelperFailed(Exception):
+    """A helper process of some rank (an actor, an environment worker, the
+    evaluator) failed, leaving every rank's state as the last complete
+    iteration left it.
+
+    Args:
+        reason: its one line.
+        error: the `AlfError` class to end with.
+    """
+
+    def __init__(self, reason: str, error: Type[AlfError]):
+        super().__init__(reason)
+        self.error = error
 
 
 class Trainer:
@@ -292,8 +302,9 @@ class Trainer:
             if wrapped is None:
                 raise
             raise wrapped from None
-        except _CollectionFailed as failed:
-            raise self._save_after_failure(str(failed)) from None
+        except _HelperFailed as failed:
+            raise self._save_after_failure(str(failed),
+                                           failed.error) from None
         except KeyboardInterrupt:
             if not finished:  # every rank is here (the ranks agreed)
                 self._summarize()
@@ -314,22 +325,25 @@ class Trainer:
             raise self._interrupted(sig, path) from None
         return last_eval
 
-    def _save_after_failure(self, reason: str) -> AlfError:
+    def _save_after_failure(self, reason: str,
+                            error: Type[AlfError]) -> AlfError:
         """Every rank (the ranks agreed) saves the last complete iteration
-        after collection failed on one of them; returns the error to stop
-        with: the stop asked for, if one was (the failure cost only the
-        iteration it waited for), else the failure, which a restart
-        resumes from that checkpoint."""
+        after a helper process of one of them failed (``error``: in
+        collection, `CollectionError`, whose unroll is dropped, or rank
+        0's evaluation, `EvaluationError`); returns the error to stop
+        with: the stop asked for, if one was, else ``error``, which a
+        restart resumes from that checkpoint."""
         self._summarize()
         path = self._save()
         stop, _ = self._stop_requests.agree()
         if stop:
             sig = self._stop_requests.signal or signal.SIGINT
             if self.is_chief:
-                logging.warning("%s: %s; the iteration the stop waited for "
-                                "is dropped", process.signal_name(sig), reason)
+                logging.warning("%s: %s%s", process.signal_name(sig), reason,
+                                "; the iteration the stop waited for is "
+                                "dropped" if error is CollectionError else "")
             return self._interrupted(sig, path)
-        return CollectionError(
+        return error(
             f"{reason}; the checkpoint at {self.env_steps} env steps (the "
             "last complete iteration) is saved, and a restart resumes from "
             "it")
@@ -337,7 +351,7 @@ class Trainer:
     def _collect(self) -> Dict[str, torch.Tensor]:
         """The collector's unroll, with the ranks' agreement on whether
         collection failed on any of them (an actor or an environment worker
-        that died): then `_CollectionFailed` on every rank, so that all
+        that died): then `_HelperFailed` on every rank, so that all
         save the last complete iteration. An actor's death fails an unroll
         before anything of it is stored; a worker's, in lock-step
         collection, may leave some of its steps stored, which nothing
@@ -358,7 +372,7 @@ class Trainer:
             failure = one_line(e)
         reason = self._counts.agree_failure(failure)
         if reason is not None:
-            raise _CollectionFailed(reason)
+            raise _HelperFailed(reason, CollectionError)
         return stats
 
     def _iterate(self) -> Dict[str, torch.Tensor]:
@@ -421,12 +435,22 @@ class Trainer:
         # evaluates that step first.
         if checkpoint_due:
             self._save()
-        evaluated = self._evaluate(self._evaluation_due, final)
+        failure = None
+        try:
+            evaluated = self._evaluate(self._evaluation_due, final)
+        except (EvaluationError, EnvironmentWorkerDied) as e:
+            # Rank 0's evaluator (or an evaluation environment's worker)
+            # died: the iteration is complete, and every rank saves it.
+            failure, evaluated = one_line(e), {}
         if checkpoint_due:
             self._save()  # again if the evaluation calibrated
         self._run_state.save_best(self.iteration, self.env_steps)
         self._reporter.log_progress(self.iteration, self.env_steps, final)
-        stop, checkpoint = self._stop_requests.agree()
+        stop, checkpoint, failed = self._stop_requests.agree_with(
+            failure is not None)
+        if failed:
+            raise _HelperFailed(distributed.broadcast_object(failure),
+                                EvaluationError)
         if stop:
             raise KeyboardInterrupt
         if checkpoint and not final:

@@ -126,6 +126,27 @@ def test_a_killed_evaluator_is_named_with_its_signal(tmp_path, caplog):
     assert "not recorded: the evaluator ended first" in caplog.text
 
 
+@pytest.mark.timeout(120)
+def test_a_killed_evaluator_costs_no_iteration(tmp_path):
+    """The evaluator's death is noticed after a complete iteration: that
+    iteration is saved (no regular checkpoint is due), and the resumed
+    run owes the evaluation."""
+    from alf.trainers.checkpointer import Checkpointer
+    with pytest.raises(EvaluationError) as info:
+        Trainer(str(tmp_path), config=_config(
+            async_eval=True, held_out_env_load_fn=dying,
+            checkpoint_interval=100)).train()
+    ckpts = os.listdir(tmp_path / "ckpt")
+    assert len(ckpts) == 1 and ckpts[0].startswith("ckpt-"), ckpts
+    state = Checkpointer.load(str(tmp_path / "ckpt" / ckpts[0]))
+    steps = state["counters"]["env_steps"]
+    assert steps == state["counters"]["iteration"] * SPI >= 2 * SPI
+    assert str(info.value).startswith("the evaluator process was killed by "
+                                      "SIGKILL"), info.value
+    assert f"the checkpoint at {steps} env steps" in str(info.value)
+    assert not mp.active_children()
+
+
 class _Slow(_Dying):
     """Environments whose every step takes a second."""
 

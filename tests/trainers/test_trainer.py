@@ -794,3 +794,28 @@ def test_a_stop_does_not_wait_forever_for_a_stopped_actor(
     assert ("SIGTERM: actor 1 (environment 1 of this process) has sent "
             "nothing for") in caplog.text, caplog.text
     assert "is stopped (SIGSTOP" in caplog.text, caplog.text
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_evaluation_worker_costs_no_iteration(tmp_path, monkeypatch):
+    """Rank 0's evaluation environments in subprocesses: a worker that
+    dies during an evaluation ends the run after the iteration is saved
+    (it was not due), and names it as the evaluation's."""
+    from alf.trainers import trainer as trainer_module
+    from alf.trainers.async_evaluator import EvaluationError
+    evaluate = trainer_module.evaluate_together
+
+    def killing(evaluators, algorithm, should_stop=None):
+        worker = evaluators[0]._envs[0]._env.processes[0]
+        worker.kill()
+        worker.join()
+        return evaluate(evaluators, algorithm, should_stop)
+    monkeypatch.setattr(trainer_module, "evaluate_together", killing)
+    with pytest.raises(EvaluationError) as info:
+        Trainer(str(tmp_path), config=tiny_config(
+            async_env=True, eval_interval=2,
+            num_env_steps=10 * SPI)).train()
+    assert str(info.value).startswith(
+        "evaluation environment worker 0 of 1 was killed by SIGKILL")
+    assert f"the checkpoint at {2 * SPI} env steps" in str(info.value)
+    assert ckpt_steps(str(tmp_path)) == [2 * SPI]
