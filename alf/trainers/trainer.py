@@ -334,8 +334,10 @@ class Trainer:
         with: the stop asked for, if one was, else ``error``, which a
         restart resumes from that checkpoint."""
         self._summarize()
-        path = self._save()
         stop, _ = self._stop_requests.agree()
+        # Before the first iteration there is nothing to resume from (a
+        # stop saves it all the same, as a stop then always does).
+        path = self._save() if self.iteration or stop else None
         if stop:
             sig = self._stop_requests.signal or signal.SIGINT
             if self.is_chief:
@@ -343,6 +345,9 @@ class Trainer:
                                 "; the iteration the stop waited for is "
                                 "dropped" if error is CollectionError else "")
             return self._interrupted(sig, path)
+        if not self.iteration:
+            return error(f"{reason}; no iteration had completed, so no "
+                         "checkpoint was saved")
         return error(
             f"{reason}; the checkpoint at {self.env_steps} env steps (the "
             "last complete iteration) is saved, and a restart resumes from "

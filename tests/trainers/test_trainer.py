@@ -819,3 +819,16 @@ def test_a_dead_evaluation_worker_costs_no_iteration(tmp_path, monkeypatch):
         "evaluation environment worker 0 of 1 was killed by SIGKILL")
     assert f"the checkpoint at {2 * SPI} env steps" in str(info.value)
     assert ckpt_steps(str(tmp_path)) == [2 * SPI]
+
+
+@pytest.mark.timeout(120)
+def test_a_failure_in_the_first_unroll_saves_nothing_and_says_so(
+        tmp_path, monkeypatch):
+    from alf.trainers.collector import CollectionError
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        unroll_mode="async", num_env_steps=10 * SPI))
+    _failing_collect(monkeypatch, [trainer], at_unroll=0)
+    with pytest.raises(CollectionError, match="no iteration had completed, "
+                       "so no checkpoint was saved$"):
+        trainer.train()
+    assert ckpt_steps(str(tmp_path)) == []
