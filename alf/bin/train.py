@@ -330,9 +330,11 @@ def _main() -> int:
         logging.warning("%s", e)
         return e.exit_code
     except AlfError as e:
-        # Under torchrun every rank meets the same bad input: rank 0 says
-        # so; a process that died (retryable) is each rank's own.
-        if e.retryable or os.environ.get("RANK", "0") == "0":
+        # Under torchrun every rank meets the same bad input (or the same
+        # agreed failure): rank 0 says so; a process that died (retryable)
+        # is each rank's own.
+        if ((e.retryable and not e.on_every_rank)
+                or os.environ.get("RANK", "0") == "0"):
             print(f"alf.bin.train: error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     return 0

@@ -345,13 +345,13 @@ class Trainer:
                                 "; the iteration the stop waited for is "
                                 "dropped" if error is CollectionError else "")
             return self._interrupted(sig, path)
-        if not self.iteration:
-            return error(f"{reason}; no iteration had completed, so no "
-                         "checkpoint was saved")
-        return error(
+        failed = error(
             f"{reason}; the checkpoint at {self.env_steps} env steps (the "
             "last complete iteration) is saved, and a restart resumes from "
-            "it")
+            "it" if self.iteration else f"{reason}; no iteration had "
+            "completed, so no checkpoint was saved")
+        failed.on_every_rank = True
+        return failed
 
     def _collect(self) -> Dict[str, torch.Tensor]:
         """The collector's unroll, with the ranks' agreement on whether

@@ -18,8 +18,11 @@ class AlfError(Exception):
         retryable: whether restarting from the last checkpoint may help
             (``--max_restarts``): False for the user's input, True for a
             subclass that reports a process that died or failed.
+        on_every_rank: whether every rank raises this same error (the
+            ranks agreed on it), so that rank 0 alone need say it.
     """
     retryable = False
+    on_every_rank = False
 
 
 class ConfigError(AlfError):

@@ -371,6 +371,26 @@ def test_killed_rank_restarts_and_resumes_under_torchrun(tmp_path):
     assert_no_process_left(run.proc.pid)
 
 
+@pytest.mark.timeout(240)
+def test_an_agreed_failure_is_said_once_under_torchrun(tmp_path):
+    """Every rank ends with the same error after a killed actor (they
+    agreed on it and saved): rank 0 alone prints it, as for bad input."""
+    root = tmp_path / "run"
+    cmd = _torchrun_cmd(root, 10_000_000, params=[
+        'TrainerConfig.unroll_mode="async"',
+        "TrainerConfig.checkpoint_interval=1000000"])
+    run, _ = _start(tmp_path, 10_000_000, cmd=cmd)
+    actors = _spawned(_torchrun_workers(run.proc.pid)[-1])
+    assert actors, run.out
+    os.kill(actors[0], signal.SIGKILL)
+    assert run.finish(timeout=180) != 0
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out[-3000:]
+    assert "of rank 1) was killed by signal 9" in said[0], said
+    assert "the checkpoint at" in said[0], said
+    assert_no_process_left(run.proc.pid)
+
+
 @pytest.mark.timeout(200)
 def test_ranks_do_not_outlive_a_killed_torchrun_agent(tmp_path):
     """Before, the workers trained on unattended to the end of their
