@@ -104,15 +104,21 @@ def test_a_killed_actor_ends_the_run_in_one_line_and_saves_the_iteration(
     _assert_saved_the_last_iteration(run, tmp_path / "run", 32)
 
 
+def _two_ranks(root, params):
+    """A 2-process run of ``params`` that trains until stopped, with no
+    regular checkpoint due."""
+    return _cmd(root, **dict(params, **{
+        "TrainerConfig.num_env_steps": "10000000",
+        "TrainerConfig.checkpoint_interval": "1000000"})) + [
+            "--distributed", "multi-process", "--num_processes", "2"]
+
+
 def test_an_actor_killed_in_rank_1_ends_both_ranks_after_rank_0_saves(
         tmp_path):
     """Rank 0 writes the checkpoint, so it must learn that rank 1's actor
     died: the ranks agree on it after each unroll."""
     root = tmp_path / "run"
-    run = _Run(_cmd(root, **dict(ASYNC, **{
-        "TrainerConfig.num_env_steps": "10000000",
-        "TrainerConfig.checkpoint_interval": "1000000"})) + [
-            "--distributed", "multi-process", "--num_processes", "2"])
+    run = _Run(_two_ranks(root, ASYNC))
     try:
         assert run.started.wait(120), run.out
         ranks = rank_pids(run.proc.pid)
@@ -131,10 +137,7 @@ def test_a_stop_ends_a_wait_for_a_stopped_actor_of_rank_1(tmp_path):
     until its grace ran out, without a checkpoint: now both ranks save
     the last complete iteration and exit as stopped."""
     root = tmp_path / "run"
-    run = _Run(_cmd(root, **dict(ASYNC, **{
-        "TrainerConfig.num_env_steps": "10000000",
-        "TrainerConfig.checkpoint_interval": "1000000"})) + [
-            "--distributed", "multi-process", "--num_processes", "2"])
+    run = _Run(_two_ranks(root, ASYNC))
     try:
         assert run.started.wait(120), run.out
         actors = _actors(rank_pids(run.proc.pid)[1])
@@ -161,13 +164,10 @@ def test_a_killed_environment_worker_of_rank_1_saves_the_iteration_too(
     """Lock-step collection, environments in subprocesses: a worker's
     death is agreed and saved for as an actor's is."""
     root = tmp_path / "run"
-    run = _Run(_cmd(root, **{
+    run = _Run(_two_ranks(root, {
         "TrainerConfig.async_env": "True",
         "TrainerConfig.log_interval_seconds": "0.1",
-        "TrainerConfig.eval_interval": "0",
-        "TrainerConfig.num_env_steps": "10000000",
-        "TrainerConfig.checkpoint_interval": "1000000"}) + [
-            "--distributed", "multi-process", "--num_processes", "2"])
+        "TrainerConfig.eval_interval": "0"}))
     try:
         assert run.started.wait(120), run.out
         workers = _actors(rank_pids(run.proc.pid)[1])
