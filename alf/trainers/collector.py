@@ -324,8 +324,9 @@ class AsyncCollector:
                     c.close()
                 self._conns.append(mine)
                 self._procs.append(proc)
-            self._watch = StallWatch([p.pid for p in self._procs[:n]],
-                                     self._name, _STALL_SECONDS)
+            self._watch = StallWatch(
+                [p.pid for p in self._procs[:n]], self._name, _STALL_SECONDS,
+                servers=[p.pid for p in self._procs[n:]])
             self._receiver = threading.Thread(target=self._receive, daemon=True,
                                               name="alf-actor-receiver")
             self._receiver.start()

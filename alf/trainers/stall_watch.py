@@ -10,7 +10,7 @@ normally takes is reported, and it is a warning (a step that takes minutes
 may be legitimate), repeated at each further limit's worth of waiting.
 """
 import time
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from absl import logging
 
@@ -40,13 +40,17 @@ class StallWatch:
             unroll took so far.
         stop_seconds: the least `stop_limit`.
         clock: seconds (a test's).
+        servers: the process ids of those the actors wait on (inference
+            workers), named by ``name(len(pids) + j)``: one of them that is
+            stopped or stuck is named beside the silent actors.
     """
 
     def __init__(self, pids: List[Optional[int]], name: Callable[[int], str],
                  min_seconds: float = 120.0, factor: float = 3.0,
                  stop_seconds: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self._pids, self._name = pids, name
+                 clock: Callable[[], float] = time.monotonic,
+                 servers: Sequence[Optional[int]] = ()):
+        self._pids, self._name, self._servers = pids, name, list(servers)
         self._min, self._factor, self._clock = min_seconds, factor, clock
         self._stop_min = stop_seconds
         now = clock()
@@ -95,12 +99,30 @@ class StallWatch:
         now, lines = self._clock(), []
         for i in sorted(set(waiting_for)):
             silent = now - self._heard[i]
-            if silent < seconds:
-                continue
-            pid = self._pids[i]
-            state = process.stat_fields(pid)[:1] if pid else []
-            how = _STATES.get(state[0], f"is in state {state[0]}") \
-                if state else "is gone"
-            lines.append(f"{self._name(i)} has sent nothing for "
-                         f"{silent:.0f} s; its process (pid {pid}) {how}")
+            if silent >= seconds:
+                pid = self._pids[i]
+                lines.append(f"{self._name(i)} has sent nothing for "
+                             f"{silent:.0f} s; its process (pid {pid}) "
+                             f"{_how(_state(pid))}")
+        if lines:  # and what they may be waiting on, if it is stuck
+            n = len(self._pids)
+            for j, pid in enumerate(self._servers):
+                state = _state(pid)
+                if state not in ("R", "S"):
+                    lines.append(f"{self._name(n + j)}: its process (pid "
+                                 f"{pid}) {_how(state)}")
         return lines
+
+
+def _how(state: str) -> str:
+    """What a process in ``state`` (a /proc state letter, "" if gone)
+    is doing."""
+    if not state:
+        return "is gone"
+    return _STATES.get(state, f"is in state {state}")
+
+
+def _state(pid: Optional[int]) -> str:
+    """Process ``pid``'s state letter in /proc ("" if it is gone)."""
+    fields = process.stat_fields(pid) if pid else []
+    return fields[0] if fields else ""

@@ -53,6 +53,34 @@ def test_the_limit_grows_with_the_slowest_unroll():
 
 
 @pytest.mark.timeout(30)
+def test_a_stuck_server_is_named_beside_the_actors_waiting_on_it():
+    """Actors that wait on a stopped inference worker sleep: the worker is
+    the one to name; one working normally is not named."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; time.sleep(60)"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        clock = _Clock()
+        watch = StallWatch([os.getpid()], lambda i: f"process {i}",
+                           min_seconds=1, clock=clock,
+                           servers=[os.getpid(), child.pid])
+        assert watch.silent([0], 1) == []  # nothing silent: nothing said
+        clock.now = 2
+        for _ in range(100):
+            lines = watch.silent([0], 1)
+            if len(lines) == 2:
+                break
+            time.sleep(0.1)
+        assert lines[0].startswith("process 0 has sent nothing"), lines
+        assert lines[1] == (f"process 2: its process (pid {child.pid}) is "
+                            "stopped (SIGSTOP or a job control stop: "
+                            "SIGCONT resumes it)"), lines
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.timeout(30)
 def test_a_stopped_process_is_named_as_stopped_and_a_gone_one_as_gone():
     child = subprocess.Popen([sys.executable, "-c",
                               "import time; time.sleep(60)"])
