@@ -33,7 +33,8 @@ Messages (`encode`d, over the actor's pipe):
   e.g. one MetaDrive engine per actor; an ``async_env`` subprocess is not
   counted; it is measured on every `CPU_SAMPLE_EVERY`-th step and scaled
   to the unroll),
-  ``("error", is_user_error, type name, one-line message, traceback)``.
+  ``("error", kind, type name, one-line message, traceback)``, ``kind``
+  one of `report_error`'s.
 """
 import pickle
 import time
@@ -130,11 +131,15 @@ def adopt_config(gin_config: str, env_spec) -> None:
 
 def report_error(conn, error: BaseException) -> None:
     """Sends the learner a helper process's ``("error", ...)`` message for
-    ``error`` (see the module's doc); nothing if the learner is gone."""
+    ``error`` (see the module's doc); nothing if the learner is gone. Its
+    kind: ``"input"`` (an `AlfError`: the user's mistake), ``"failure"``
+    (a retryable `AlfError`: a process of the helper's own died) or
+    ``"crash"`` (anything else)."""
     from alf.utils.errors import AlfError, one_line
+    kind = ("crash" if not isinstance(error, AlfError) else
+            "failure" if error.retryable else "input")
     try:
-        _send(conn, ("error", isinstance(error, AlfError),
-                     type(error).__name__, one_line(error),
+        _send(conn, ("error", kind, type(error).__name__, one_line(error),
                      traceback.format_exc()))
     except OSError:
         pass
@@ -142,13 +147,17 @@ def report_error(conn, error: BaseException) -> None:
 
 def raise_reported(message, who: str, error_cls) -> NoReturn:
     """Raises what a helper's ``("error", ...)`` ``message`` reports: its
-    one line as an `AlfError` for a user's mistake, else ``error_cls``
-    naming ``who`` (after logging the helper's traceback: a user's
-    mistake's one line says all, and every actor reports the same one)."""
+    one line as an `AlfError` for a user's mistake; ``error_cls`` (which a
+    restart may get past) naming ``who`` for a failure, or for a crash
+    after logging the helper's traceback (a user's mistake's or a
+    failure's one line says all, and every actor reports the same
+    mistake)."""
     from alf.utils.errors import AlfError
-    _, user_error, name, text, tb = message
-    if user_error:
+    _, kind, name, text, tb = message
+    if kind == "input":
         raise AlfError(text)
+    if kind == "failure":
+        raise error_cls(f"{who}: {text}")
     logging.error("%s failed:\n%s", who, tb)
     raise error_cls(f"{who} failed: {name}: {text}")
 

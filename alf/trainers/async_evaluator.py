@@ -29,7 +29,7 @@ Messages (`actor.encode`d, over the evaluator's pipe):
 * learner -> evaluator: ``("eval", env_steps, acting_state)``, ``("stop",)``;
 * evaluator -> learner: ``("ready",)``, ``("result", env_steps, metrics,
   held_out_metrics or None, calibration or None)``, ``("error",
-  is_user_error, type name, one-line message, traceback)``.
+  kind, type name, one-line message, traceback)`` (`actor.report_error`).
 """
 import dataclasses
 import multiprocessing as mp

@@ -527,9 +527,9 @@ class AsyncCollector:
         enough: the actors that hold it back are named."""
         limit = self._watch.stop_limit
         silent = self._watch.silent(self._waiting_for(received), limit)
-        raise CollectionStopped(
-            "; ".join(silent) if silent else
-            f"the unroll did not come within {limit:.0f} s")
+        raise CollectionStopped("; ".join(
+            [f"the unroll did not come within {limit:.0f} s of the stop "
+             "(twice the slowest so far, at least 5 s)"] + silent))
 
     def _waiting_for(self, received: dict) -> range | list:
         """The actors whose part of the unroll has not come: those without

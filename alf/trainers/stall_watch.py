@@ -24,7 +24,8 @@ _STATES = {
          "system?)",
     "Z": "has exited (a zombie)",
     "R": "is running (a slow environment step, or a loop?)",
-    "S": "is sleeping (blocked on something: a lock, a socket?)",
+    "S": "is sleeping (waiting on something: its simulator, a lock, a "
+         "socket?)",
 }
 
 
@@ -97,13 +98,18 @@ class StallWatch:
         """Says, for each actor of ``waiting_for`` silent for at least
         ``seconds``, how long and what its process is doing."""
         now, lines = self._clock(), []
-        for i in sorted(set(waiting_for)):
-            silent = now - self._heard[i]
-            if silent >= seconds:
-                pid = self._pids[i]
-                lines.append(f"{self._name(i)} has sent nothing for "
-                             f"{silent:.0f} s; its process (pid {pid}) "
-                             f"{_how(_state(pid))}")
+        silent = [i for i in sorted(set(waiting_for))
+                  if now - self._heard[i] >= seconds]
+        # The longest silent first; many actors alike are one line more.
+        silent.sort(key=lambda i: self._heard[i])
+        for i in silent[:_NAMED]:
+            pid = self._pids[i]
+            lines.append(f"{self._name(i)} has sent nothing for "
+                         f"{now - self._heard[i]:.0f} s; its process (pid "
+                         f"{pid}) {_how(_state(pid))}")
+        if len(silent) > _NAMED:
+            lines.append(f"{len(silent) - _NAMED} more actors have sent "
+                         f"nothing for {seconds:.0f} s or more")
         if lines:  # and what they may be waiting on, if it is stuck
             n = len(self._pids)
             for j, pid in enumerate(self._servers):
@@ -112,6 +118,10 @@ class StallWatch:
                     lines.append(f"{self._name(n + j)}: its process (pid "
                                  f"{pid}) {_how(state)}")
         return lines
+
+
+# The most silent actors named one by one.
+_NAMED = 3
 
 
 def _how(state: str) -> str:

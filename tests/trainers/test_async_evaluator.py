@@ -254,3 +254,35 @@ def test_skipped_evaluations_are_said_once_a_minute_with_their_count(
     assert warned[1].startswith("49 evaluations, at 64 to 1600 env steps, "
                                 "skipped"), warned[1]
     assert warned[1].endswith("this is said once a minute at most")
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_worker_of_the_evaluators_environments_is_a_failure(
+        tmp_path, monkeypatch):
+    """Before, the evaluator reported it as the user's mistake (it is an
+    AlfError): one line, nothing saved, no restart."""
+    from alf.algorithms import PPOAlgorithm
+    from alf.utils.process import children
+    ref: list = []
+    train_iter = PPOAlgorithm.train_iter
+
+    def killing(self, progress):
+        if ref[0].iteration == 1:
+            evaluator = ref[0]._async_eval._proc.pid
+            workers = [c for c in children(evaluator) if b"spawn_main" in
+                       open(f"/proc/{c}/cmdline", "rb").read()]
+            assert workers
+            os.kill(workers[0], signal.SIGKILL)
+        return train_iter(self, progress)
+    monkeypatch.setattr(PPOAlgorithm, "train_iter", killing)
+    trainer = Trainer(str(tmp_path), config=_config(
+        async_eval=True, async_env=True, checkpoint_interval=100,
+        held_out_env_load_fn=None))
+    ref.append(trainer)
+    with pytest.raises(EvaluationError) as info:
+        trainer.train()
+    said = str(info.value)
+    assert said.startswith("the evaluator process: evaluation environment "
+                           "worker 0 of 1 was killed by SIGKILL"), said
+    assert "the checkpoint at" in said, said
+    assert os.listdir(tmp_path / "ckpt"), said

@@ -41,6 +41,19 @@ def test_only_actors_silent_past_the_limit_are_reported_once_per_limit():
     assert watch.check([]) == []
 
 
+def test_beyond_three_silent_actors_one_line_counts_the_rest():
+    clock = _Clock()
+    watch = _watch([os.getpid()] * 6, clock, min_seconds=10)
+    clock.now = 25
+    watch.heard(5)  # 5 s before: not silent
+    clock.now = 30
+    lines = watch.silent(range(6), 10)
+    assert [ln.split(" has")[0] for ln in lines[:3]] == [
+        "actor 0", "actor 1", "actor 2"], lines
+    assert lines[3] == "2 more actors have sent nothing for 10 s or more"
+    assert len(lines) == 4
+
+
 def test_the_limit_grows_with_the_slowest_unroll():
     clock = _Clock()
     watch = _watch([os.getpid()], clock, min_seconds=10, factor=3)
