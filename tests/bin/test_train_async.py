@@ -159,6 +159,33 @@ def test_a_stop_ends_a_wait_for_a_stopped_actor_of_rank_1(tmp_path):
     assert_no_process_left(run.proc.pid)
 
 
+def test_a_stopped_actor_of_rank_1_fails_its_unroll_before_the_timeout(
+        tmp_path):
+    """Without a stop, the other ranks would wait for rank 1 in their
+    next collective until it timed out ('rank 1 stopped answering',
+    nothing saved): rank 1 gives its unroll up first, and they save."""
+    root = tmp_path / "run"
+    run = _Run(_two_ranks(root, dict(ASYNC, **{
+        "collective_timeout.seconds": "20"})))
+    try:
+        assert run.started.wait(120), run.out
+        actors = _actors(rank_pids(run.proc.pid)[1])
+        assert actors, run.out
+        os.kill(actors[0], signal.SIGSTOP)
+        rc = run.finish(timeout=90)
+    finally:
+        run.finish()
+    assert rc == 1, run.out
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    assert ("the other ranks would time out waiting for this one (20 s, "
+            "collective_timeout.seconds); actor 0 (environment 0 of rank 1) "
+            "has sent nothing") in said[0], said[0]
+    assert "is saved, and a restart resumes from it" in said[0], said[0]
+    assert len(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))) == 1, run.out
+    assert_no_process_left(run.proc.pid)
+
+
 def test_a_killed_environment_worker_of_rank_1_saves_the_iteration_too(
         tmp_path):
     """Lock-step collection, environments in subprocesses: a worker's
