@@ -45,13 +45,15 @@ from absl import logging
 from alf.trainers.actor import (adopt_config, decode, encode,
                                 raise_reported, report_error, skip_shutdown)
 from alf.trainers.calibration import Calibration
+from alf.trainers.stall_watch import doing
 from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
 from alf.utils.errors import AlfError
 
-# The least time between two warnings of skipped evaluations, in seconds.
-_SKIP_WARNING_SECONDS = 60.0
+# The least time between two warnings of skipped evaluations, and between
+# two of a long wait for one, in seconds.
+_SKIP_WARNING_SECONDS, _WAIT_WARNING_SECONDS = 60.0, 120.0
 
 #: Sent instead of an evaluation load function that does not pickle (a
 #: gin-scoped ``@held_out/suite_metadrive.load``): the evaluator takes it
@@ -292,9 +294,18 @@ class AsyncEvaluator:
         """Every evaluation submitted, once finished; or those finished
         when ``should_stop`` says so (checked every 0.1 s: the others stay
         in flight, dropped by `close`)."""
-        done = []
+        done, start = [], time.monotonic()
+        said = start  # when the waiting was last said
         while self.busy and not (should_stop and should_stop()):
             done += self.poll(timeout=0.1)
+            if time.monotonic() - said > _WAIT_WARNING_SECONDS and self.busy:
+                # A stopped or stuck evaluator would hold the run silently.
+                said = time.monotonic()
+                steps = [r[0] for r in (self._running, self._waiting) if r]
+                logging.warning(
+                    "waiting %.0f s for the evaluation at %s env steps; the "
+                    "evaluator process %s", said - start,
+                    " and ".join(map(str, steps)), doing(self._proc.pid))
         return done
 
     def close(self) -> None:

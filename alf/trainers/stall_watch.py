@@ -124,6 +124,11 @@ class StallWatch:
 _NAMED = 3
 
 
+def doing(pid: Optional[int]) -> str:
+    """"(pid P) is ...": what process ``pid`` is doing, from /proc."""
+    return f"(pid {pid}) {_how(_state(pid))}"
+
+
 def _how(state: str) -> str:
     """What a process in ``state`` (a /proc state letter, "" if gone)
     is doing."""

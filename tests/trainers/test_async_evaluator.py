@@ -286,3 +286,32 @@ def test_a_dead_worker_of_the_evaluators_environments_is_a_failure(
                            "worker 0 of 1 was killed by SIGKILL"), said
     assert "the checkpoint at" in said, said
     assert os.listdir(tmp_path / "ckpt"), said
+
+
+def test_a_long_wait_for_an_evaluation_says_what_the_evaluator_does(
+        monkeypatch):
+    """A stopped evaluator held the end of training silently."""
+    from alf.trainers import async_evaluator
+    warned = []
+    monkeypatch.setattr(async_evaluator.logging, "warning",
+                        lambda fmt, *args: warned.append(fmt % args))
+    now = [0.0]
+    monkeypatch.setattr(async_evaluator.time, "monotonic", lambda: now[0])
+    evaluator = AsyncEvaluator.__new__(AsyncEvaluator)
+    evaluator._running, evaluator._waiting = (512, None, None), None
+
+    class _Proc:
+        pid = os.getpid()
+    evaluator._proc = _Proc()
+
+    def poll(timeout=0.0):
+        now[0] += 50.0
+        if now[0] >= 350:
+            evaluator._running = None
+        return []
+    evaluator.poll = poll
+    assert evaluator.wait() == []
+    assert len(warned) == 2, warned
+    assert warned[0] == (f"waiting 150 s for the evaluation at 512 env "
+                         f"steps; the evaluator process (pid {os.getpid()}) "
+                         "is running (a slow environment step, or a loop?)")
