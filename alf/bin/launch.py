@@ -432,9 +432,9 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
             report, retry = cause
             if retry and restarts < max_restarts and rnd.signal is None:
                 restarts += 1
-                print(f"{prog}: {report}\n{prog}: restarting every rank from "
-                      f"the last checkpoint (restart {restarts} of "
-                      f"{max_restarts})", file=sys.stderr, flush=True)
+                print(f"{prog}: {report}\n{prog}: restarting every rank "
+                      f"from the last checkpoint, if any (restart {restarts} "
+                      f"of {max_restarts})", file=sys.stderr, flush=True)
                 continue
             print(f"{prog}: {report}", file=sys.stderr, flush=True)
             return EXIT_ERROR

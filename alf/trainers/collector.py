@@ -727,11 +727,10 @@ class AsyncCollector:
                           if not p.is_alive()), 0)
         proc = self._procs[actor]
         proc.join(timeout=5)
-        code = proc.exitcode
-        how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
-               if code is not None and code < 0 else
-               f"exited with code {code}")
-        raise CollectionError(f"{self._name(actor)} {how}")
+        # Worded as every other process's death (the evaluator's, an
+        # environment worker's, a rank's).
+        raise CollectionError(
+            f"{self._name(actor)} {process.describe_exit(proc.exitcode)}")
 
     def _name(self, index: int) -> str:
         """Names process ``index`` of ``_procs`` for an error message."""

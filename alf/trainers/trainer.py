@@ -506,8 +506,9 @@ class Trainer:
         assert self._run_state is not None
         result: Dict[str, float] = {}
         if self._owes_evaluation():
-            logging.info("evaluating at %d env steps, which the stopped run "
-                         "did not record", self.env_steps)
+            logging.info("evaluating at %d env steps, which the run that "
+                         "saved it did not record (stopped or failed)",
+                         self.env_steps)
             # Asynchronous evaluation too waits for it: a stop meanwhile
             # keeps it owed.
             result = self._evaluate(True, self._async_eval is not None)

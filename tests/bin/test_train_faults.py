@@ -330,7 +330,7 @@ def test_a_killed_actor_restarts_every_rank_as_a_killed_rank_does(tmp_path):
     assert actors, run.out
     os.kill(actors[0], signal.SIGKILL)
     assert run.finish(timeout=180) == 0, run.out[-3000:]
-    assert "(environment 0 of rank 1) was killed by signal 9" in run.out, \
+    assert "(environment 0 of rank 1) was killed by SIGKILL" in run.out, \
         run.out[-3000:]
     assert "restart 1 of 1" in run.out
     _assert_finished(root, steps)
@@ -386,7 +386,7 @@ def test_an_agreed_failure_is_said_once_under_torchrun(tmp_path):
     assert run.finish(timeout=180) != 0
     said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
     assert len(said) == 1, run.out[-3000:]
-    assert "of rank 1) was killed by signal 9" in said[0], said
+    assert "of rank 1) was killed by SIGKILL" in said[0], said
     assert "the checkpoint at" in said[0], said
     assert_no_process_left(run.proc.pid)
 

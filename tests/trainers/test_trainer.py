@@ -650,7 +650,7 @@ def _failing_collect(monkeypatch, trainer_ref, at_unroll, stop=False):
             if stop:
                 trainer_ref[0].request_stop()
             raise CollectionError("actor 1 (environment 1 of this process) "
-                                  "was killed by signal 9 (SIGKILL)")
+                                  "was killed by SIGKILL (exit -9; out of memory?)")
         return collect(self)
     monkeypatch.setattr(AsyncCollector, "collect", failing)
 
@@ -668,7 +668,7 @@ def test_a_failed_collection_saves_the_last_complete_iteration(
         trainer.train()
     said = str(info.value)
     assert said.startswith("actor 1 (environment 1 of this process) was "
-                           "killed by signal 9 (SIGKILL); "), said
+                           "killed by SIGKILL (exit -9; out of memory?); "), said
     if at_unroll:
         assert f"the checkpoint at {3 * SPI} env steps" in said, said
         assert ckpt_steps(str(tmp_path)) == [3 * SPI]
