@@ -469,9 +469,9 @@ def test_unknown_environment_is_a_one_line_error_from_the_actor():
 
 
 @pytest.mark.parametrize("kw, victim, named", [
-    (dict(), 1, "actor 1 .* signal 9"),
+    (dict(), 1, "actor 1 .* SIGKILL"),
     (dict(num_envs=1, minibatch_size=6, inference_workers=1), 1,
-     "inference worker 0 .* signal 9"),  # after the one actor
+     "inference worker 0 .* SIGKILL"),  # after the one actor
 ])
 def test_a_killed_process_is_named_with_its_signal(kw, victim, named):
     collector, alg = _started(_config(**kw))
