@@ -230,17 +230,23 @@ def test_a_stop_abandons_the_wait_for_the_last_evaluation(tmp_path,
     assert not mp.active_children()
 
 
+def _unstarted(monkeypatch, start: float):
+    """(its warnings, its clock [seconds], an `AsyncEvaluator` without a
+    process): for the bookkeeping of skips and waits."""
+    from alf.trainers import async_evaluator
+    warned: list = []
+    monkeypatch.setattr(async_evaluator.logging, "warning",
+                        lambda fmt, *args: warned.append(fmt % args))
+    now = [start]
+    monkeypatch.setattr(async_evaluator.time, "monotonic", lambda: now[0])
+    return warned, now, AsyncEvaluator.__new__(AsyncEvaluator)
+
+
 def test_skipped_evaluations_are_said_once_a_minute_with_their_count(
         monkeypatch):
     """An eval_interval far shorter than an evaluation skips one every
     iteration: once a warning each (116 lines in 25 s of CartPole)."""
-    from alf.trainers import async_evaluator
-    warned = []
-    monkeypatch.setattr(async_evaluator.logging, "warning",
-                        lambda fmt, *args: warned.append(fmt % args))
-    now = [100.0]
-    monkeypatch.setattr(async_evaluator.time, "monotonic", lambda: now[0])
-    evaluator = AsyncEvaluator.__new__(AsyncEvaluator)
+    warned, now, evaluator = _unstarted(monkeypatch, 100.0)
     evaluator._skipped, evaluator._skip_warned_at = [], None
     for steps in range(32, 32 * 50, 32):
         evaluator._skip(steps)
@@ -291,13 +297,7 @@ def test_a_dead_worker_of_the_evaluators_environments_is_a_failure(
 def test_a_long_wait_for_an_evaluation_says_what_the_evaluator_does(
         monkeypatch):
     """A stopped evaluator held the end of training silently."""
-    from alf.trainers import async_evaluator
-    warned = []
-    monkeypatch.setattr(async_evaluator.logging, "warning",
-                        lambda fmt, *args: warned.append(fmt % args))
-    now = [0.0]
-    monkeypatch.setattr(async_evaluator.time, "monotonic", lambda: now[0])
-    evaluator = AsyncEvaluator.__new__(AsyncEvaluator)
+    warned, now, evaluator = _unstarted(monkeypatch, 0.0)
     evaluator._running, evaluator._waiting = (512, None, None), None
 
     class _Proc:
