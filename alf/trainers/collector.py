@@ -75,10 +75,6 @@ UNROLL_MODES = ("sync", "async")
 # How often a learner waiting for an unroll looks for actors that stopped
 # sending, and the least silence it reports (`StallWatch`), in seconds.
 _STALL_POLL, _STALL_SECONDS = 1.0, 120.0
-# The part of the collective timeout an unroll may take with other ranks
-# waiting (they enter the collective after their own unroll, which began
-# about when this rank's did).
-_GIVE_UP_FRACTION = 0.8
 
 
 class ActorReport(NamedTuple):
@@ -257,7 +253,7 @@ class AsyncCollector:
         self._last_collect = None
         self._preemption: Optional[Preemption] = None
         self._stop_asked: Optional[Callable[[], bool]] = None
-        self._give_up: Optional[float] = None
+        self._others_wait = False
         self.last_steps, self.last_preempted = 0, False
         self._started = False  # `start` sent the actors their policy
         # Actors' CPU seconds (all of it, and in the environments' step)
@@ -384,11 +380,9 @@ class AsyncCollector:
         `StallWatch.stop_limit` longer (`CollectionStopped`)."""
         self._alg, self._episodes, self._next = algorithm, episodes, version
         self._preemption, self._stop_asked = preemption, stop_asked
-        # With other ranks: how long an unroll may take before they would
-        # time out in the collective that follows it.
-        if distributed.get_world_size() > 1:
-            self._give_up = (_GIVE_UP_FRACTION *
-                             distributed.collective_timeout().total_seconds())
+        # Other ranks wait for this one's unroll in their next collective.
+        self._others_wait = distributed.get_world_size() > 1
+        self._watch.restart()  # the actors waited for "start" until now
         self.check_algorithm(algorithm)
         if self._seg is not None:
             with self._claimed.get_lock():
@@ -444,9 +438,9 @@ class AsyncCollector:
             wait = (_STALL_POLL if preemption is None or cut else
                     min(preemption.poll_seconds, _STALL_POLL))
             actor, message = self._get(wait)
-            if (self._give_up is not None and
-                    time.perf_counter() - start > self._give_up):
-                self._gave_up(received, time.perf_counter() - start)
+            if (actor is None and self._others_wait and
+                    time.perf_counter() - start > self._watch.stop_limit):
+                self._give_up_if_stopped(received)
             if self._stop_asked is not None and self._stop_asked():
                 stop_seen = stop_seen or time.perf_counter()
                 if time.perf_counter() - stop_seen > self._watch.stop_limit:
@@ -535,17 +529,18 @@ class AsyncCollector:
                 self.inference_batches / max(self.inference_requests, 1))
         return summaries
 
-    def _gave_up(self, received: dict, waited: float) -> NoReturn:
-        """Fails an unroll that other ranks would otherwise time out
-        waiting for, in their next collective: this rank then joins them
-        in time to save the last complete iteration together."""
-        silent = self._watch.silent(self._waiting_for(received),
-                                    self._watch.stop_limit)
-        timeout = distributed.collective_timeout().total_seconds()
-        raise CollectionError("; ".join(
-            [f"the unroll did not come within {waited:.0f} s, and the other "
-             f"ranks would time out waiting for this one ({timeout:g} s, "
-             "collective_timeout.seconds)"] + silent))
+    def _give_up_if_stopped(self, received: dict) -> None:
+        """Fails an unroll that an actor stopped (SIGSTOP, a debugger)
+        holds back: the other ranks would wait for this one in their next
+        collective until it timed out, blaming the rank, unsaved; failing
+        now, it joins them to save the last complete iteration."""
+        stopped = self._watch.stopped(self._waiting_for(received),
+                                      self._watch.stop_limit)
+        if stopped:
+            raise CollectionError(
+                "; ".join(stopped) + f": rank {distributed.get_rank()}'s "
+                "unroll cannot come, and the other ranks would wait for it "
+                "until their collectives time out")
 
     def _stopped_waiting(self, received: dict) -> NoReturn:
         """Ends the wait for an unroll that a stop has waited for long

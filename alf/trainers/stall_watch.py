@@ -64,6 +64,22 @@ class StallWatch:
         """The silence (seconds) reported now."""
         return max(self._min, self._factor * self._longest)
 
+    def restart(self) -> None:
+        """Counts every actor as heard from now (they start stepping)."""
+        now = self._clock()
+        self._heard = {i: now for i in self._heard}
+
+    def stopped(self, waiting_for: Iterable[int],
+                seconds: float) -> List[str]:
+        """`silent`'s lines, if one of the actors of ``waiting_for`` silent
+        for ``seconds`` is stopped (SIGSTOP, a debugger): it cannot send
+        until someone resumes it."""
+        now = self._clock()
+        if any(now - self._heard[i] >= seconds and
+               _state(self._pids[i]) in ("T", "t") for i in waiting_for):
+            return self.silent(waiting_for, seconds)
+        return []
+
     def heard(self, actor: int) -> None:
         """Actor ``actor`` sent something."""
         self._heard[actor] = self._clock()

@@ -334,6 +334,11 @@ class Trainer:
         with: the stop asked for, if one was, else ``error``, which a
         restart resumes from that checkpoint."""
         self._summarize()
+        # The dropped unroll's observations, which a checkpoint saved
+        # after training never holds (training commits them).
+        norm = self.algorithm.observation_normalizer if self.algorithm else None
+        if norm is not None:
+            norm.take_pending()
         stop, _ = self._stop_requests.agree()
         # Before the first iteration there is nothing to resume from (a
         # stop saves it all the same, as a stop then always does).
@@ -363,12 +368,6 @@ class Trainer:
         saves but an off-policy replay buffer (real transitions, a few
         more than the steps counted)."""
         assert self._collector is not None and self._counts is not None
-        cfg = self.config
-        # Only helper processes die so (actors, environment workers), and
-        # only then is the collective (~1 ms on 2 cores) paid: SAC's
-        # iterations of one step each take a few ms.
-        if not (cfg.unroll_mode == "async" or cfg.async_env):
-            return self._collector.collect()
         failure, stats = None, {}
         try:
             stats = self._collector.collect()

@@ -54,6 +54,15 @@ def test_beyond_three_silent_actors_one_line_counts_the_rest():
     assert len(lines) == 4
 
 
+def test_only_a_stopped_actor_is_stopped_and_start_restarts_the_clock():
+    clock = _Clock()
+    watch = _watch([os.getpid()], clock, min_seconds=10)
+    clock.now = 30
+    assert watch.silent([0], 10) and watch.stopped([0], 10) == []
+    watch.restart()
+    assert watch.silent([0], 10) == []
+
+
 def test_the_limit_grows_with_the_slowest_unroll():
     clock = _Clock()
     watch = _watch([os.getpid()], clock, min_seconds=10, factor=3)
@@ -110,6 +119,7 @@ def test_a_stopped_process_is_named_as_stopped_and_a_gone_one_as_gone():
             time.sleep(0.1)
         assert "is stopped (SIGSTOP" in lines[0], lines
         assert f"pid {child.pid}" in lines[0], lines
+        assert watch.stopped([0, 1], 1) == watch.silent([0, 1], 1)
         assert lines[1].endswith("is gone"), lines
     finally:
         child.kill()

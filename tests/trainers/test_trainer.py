@@ -734,34 +734,37 @@ def test_a_dead_environment_worker_saves_what_a_regular_checkpoint_would(
         tmp_path, monkeypatch):
     """Lock-step collection: a worker that dies fails the unroll half-way;
     the checkpoint saved then is the last complete iteration's, equal to
-    the one a run without the failure saves there (its RNG too, so that
-    resuming from it is exact)."""
+    the one a run without the failure saves there: its RNG (so that
+    resuming from it is exact) and its observation normaliser, without
+    the half unroll's observations."""
     from alf.trainers.collector import CollectionError
     ref: list = []
-    train_iter = PPOAlgorithm.train_iter
+    rollout_step = PPOAlgorithm.rollout_step
+    calls = [0]
 
-    def killing(self, progress):
-        stats = train_iter(self, progress)
-        if ref and ref[0].iteration == 2:
+    def killing(self, obs):
+        calls[0] += 1
+        if ref and calls[0] == 2 * 16 + 8:  # half-way through unroll 3
             worker = ref[0]._collector._env._env.processes[1]
             worker.kill()
             worker.join()
-        return stats
-    monkeypatch.setattr(PPOAlgorithm, "train_iter", killing)
+        return rollout_step(self, obs)
+    monkeypatch.setattr(PPOAlgorithm, "rollout_step", killing)
+    ppo = functools.partial(PPOAlgorithm, normalize_observations=True)
     failed = Trainer(str(tmp_path / "failed"), config=tiny_config(
-        async_env=True, num_env_steps=10 * SPI))
+        algorithm_ctor=ppo, async_env=True, num_env_steps=10 * SPI))
     ref.append(failed)
     with pytest.raises(CollectionError) as info:
         failed.train()
     assert str(info.value).startswith(
         "training environment worker 1 of 2 was killed by SIGKILL")
-    assert f"the checkpoint at {3 * SPI} env steps" in str(info.value)
-    assert ckpt_steps(str(tmp_path / "failed")) == [3 * SPI]
+    assert f"the checkpoint at {2 * SPI} env steps" in str(info.value)
+    assert ckpt_steps(str(tmp_path / "failed")) == [2 * SPI]
     ref.clear()
     Trainer(str(tmp_path / "regular"), config=tiny_config(
-        async_env=True, num_env_steps=3 * SPI)).train()
+        algorithm_ctor=ppo, async_env=True, num_env_steps=2 * SPI)).train()
     got, want = (Checkpointer.load(os.path.join(
-        str(tmp_path / name), "ckpt", f"ckpt-{3 * SPI}.pt"))
+        str(tmp_path / name), "ckpt", f"ckpt-{2 * SPI}.pt"))
         for name in ("failed", "regular"))
     for key in ("algorithm", "optimizers", "rng"):
         assert_same(got[key], want[key], key)
