@@ -276,7 +276,7 @@ class _Round:
                     self.stopped = [
                         r for r in self.alive_at_failure
                         if (pid := self.procs[r].pid) is not None
-                        and process.stat_fields(pid)[:1] == ["T"]]
+                        and process.state(pid) == "T"]
                 self.deaths[rank] = (time.time(), p.exitcode)
 
     def cause(self, timeout_hint: str) -> Optional[Tuple[str, bool]]:

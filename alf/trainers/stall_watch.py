@@ -54,8 +54,8 @@ class StallWatch:
         self._pids, self._name, self._servers = pids, name, list(servers)
         self._min, self._factor, self._clock = min_seconds, factor, clock
         self._stop_min = stop_seconds
-        now = clock()
-        self._heard: Dict[int, float] = {i: now for i in range(len(pids))}
+        self._heard: Dict[int, float] = dict.fromkeys(range(len(pids)), 0.0)
+        self.restart()
         self._longest = 0.0
         self._warned_at: Optional[float] = None
 
@@ -76,7 +76,7 @@ class StallWatch:
         until someone resumes it."""
         now = self._clock()
         if any(now - self._heard[i] >= seconds and
-               _state(self._pids[i]) in ("T", "t") for i in waiting_for):
+               process.state(self._pids[i]) in ("T", "t") for i in waiting_for):
             return self.silent(waiting_for, seconds)
         return []
 
@@ -122,14 +122,14 @@ class StallWatch:
             pid = self._pids[i]
             lines.append(f"{self._name(i)} has sent nothing for "
                          f"{now - self._heard[i]:.0f} s; its process (pid "
-                         f"{pid}) {_how(_state(pid))}")
+                         f"{pid}) {_how(process.state(pid))}")
         if len(silent) > _NAMED:
             lines.append(f"{len(silent) - _NAMED} more actors have sent "
                          f"nothing for {seconds:.0f} s or more")
         if lines:  # and what they may be waiting on, if it is stuck
             n = len(self._pids)
             for j, pid in enumerate(self._servers):
-                state = _state(pid)
+                state = process.state(pid)
                 if state not in ("R", "S"):
                     lines.append(f"{self._name(n + j)}: its process (pid "
                                  f"{pid}) {_how(state)}")
@@ -142,7 +142,7 @@ _NAMED = 3
 
 def doing(pid: Optional[int]) -> str:
     """"(pid P) is ...": what process ``pid`` is doing, from /proc."""
-    return f"(pid {pid}) {_how(_state(pid))}"
+    return f"(pid {pid}) {_how(process.state(pid))}"
 
 
 def _how(state: str) -> str:
@@ -151,9 +151,3 @@ def _how(state: str) -> str:
     if not state:
         return "is gone"
     return _STATES.get(state, f"is in state {state}")
-
-
-def _state(pid: Optional[int]) -> str:
-    """Process ``pid``'s state letter in /proc ("" if it is gone)."""
-    fields = process.stat_fields(pid) if pid else []
-    return fields[0] if fields else ""

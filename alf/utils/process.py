@@ -126,6 +126,13 @@ def stat_fields(pid: int) -> List[str]:
         return []
 
 
+def state(pid: Optional[int]) -> str:
+    """Process ``pid``'s state letter in ``/proc`` (``R`` running, ``S``
+    sleeping, ``T`` stopped, ...), or "" if it is gone."""
+    fields = stat_fields(pid) if pid else []
+    return fields[0] if fields else ""
+
+
 def children(pid: int) -> List[int]:
     """Direct children of ``pid`` (Linux), oldest first; [] if it is gone."""
     try:
