@@ -20,10 +20,12 @@ talk to environments only through this interface, so a new suite is a
 Required: the three attributes that `__init__` sets and the abstract methods
 `reset`, `step` and `close`; Python refuses to construct a subclass missing
 one of the methods. Optional, with defaults: `episode_info` (no per-episode
-metrics) and `render` (raises `AlfError`).
+metrics), `render` (raises `AlfError`), and for environments that step in
+worker processes `worker_pids` and `watch` (a lock-step trainer then names a
+worker that hangs, and a stop does not wait for it forever).
 """
 import abc
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -32,7 +34,23 @@ import torch
 from alf.data_structures import TimeStep
 from alf.utils.errors import AlfError, ConfigError
 
-__all__ = ["BatchedEnvironment", "check_environment"]
+__all__ = ["BatchedEnvironment", "StepWatch", "check_environment"]
+
+
+class StepWatch:
+    """What a `BatchedEnvironment` whose environments step in worker
+    processes reports while a `BatchedEnvironment.step` waits for them
+    (`BatchedEnvironment.watch`). The default does nothing."""
+
+    def waiting(self, workers: Sequence[int], seconds: float) -> None:
+        """About once a second while a step waits: the workers (indices
+        into `BatchedEnvironment.worker_pids`) that have not answered, and
+        how long the step has waited. May raise, which abandons the step:
+        the environment can then only be closed (its workers are killed).
+        """
+
+    def stepped(self, seconds: float) -> None:
+        """A step took ``seconds`` (every step, so it must be cheap)."""
 
 
 class BatchedEnvironment(abc.ABC):
@@ -114,6 +132,18 @@ class BatchedEnvironment(abc.ABC):
         Default: none.
         """
         return ()
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """The process ids of the workers the environments step in, by
+        worker index; empty (the default) when they step in the caller's
+        process."""
+        return []
+
+    def watch(self, watch: Optional[StepWatch]) -> None:
+        """Has `step` report to ``watch`` while it waits for the workers
+        of `worker_pids` (None: stop reporting). The default, for
+        environments stepping in the caller's process, ignores it."""
 
     def render(self) -> np.ndarray:
         """The first environment's current frame, uint8 [H, W, 3], for

@@ -64,17 +64,19 @@ from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.inference_worker import inference_main
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
-from alf.trainers.stall_watch import StallWatch
+from alf.trainers.stall_watch import (STALL_SECONDS, CollectionError,
+                                      CollectionStopped, StallWatch,
+                                      WorkerWatch)
 from alf.utils import distributed, process
-from alf.utils.errors import AlfError, ConfigError, TrainingError
+from alf.utils.errors import ConfigError, TrainingError
 
 if TYPE_CHECKING:
     from alf.algorithms.rl_algorithm import RLAlgorithm
 
 UNROLL_MODES = ("sync", "async")
 # How often a learner waiting for an unroll looks for actors that stopped
-# sending, and the least silence it reports (`StallWatch`), in seconds.
-_STALL_POLL, _STALL_SECONDS = 1.0, 120.0
+# sending (`StallWatch`), in seconds.
+_STALL_POLL = 1.0
 
 
 class ActorReport(NamedTuple):
@@ -113,20 +115,6 @@ class ActorReport(NamedTuple):
     segments: bool = False
 
 
-class CollectionError(AlfError):
-    """An actor process of asynchronous collection failed or died (an
-    environment's crash, the kernel's out-of-memory kill), or an
-    environment worker of lock-step collection died: a restart from the
-    last checkpoint may get past it."""
-    retryable = True
-
-
-class CollectionStopped(AlfError):
-    """A stop was asked for while the learner waited for an unroll that
-    did not come in time (an actor stopped or hung): the trainer then
-    saves the last complete iteration instead of waiting on."""
-
-
 class SyncCollector:
     """Lock-step collection in the learner's thread (the exact mode).
 
@@ -157,11 +145,19 @@ class SyncCollector:
         """Resets the environments (env ``i`` gets seed ``env_seed + i``)
         for ``algorithm`` to act in; ``version`` is the policy version of
         the first unroll. Acting draws from torch's global RNG, which the
-        trainer seeds (``torch_seed`` and ``stop_asked`` are for
-        `AsyncCollector`). With ``preemption``, an unroll ends early when
-        it says so."""
+        trainer seeds (``torch_seed`` is for `AsyncCollector`). With
+        ``preemption``, an unroll ends early when it says so. Environments
+        stepping in worker processes are watched (`WorkerWatch`): a hung
+        worker is named, and once ``stop_asked()`` a step waits for one
+        only so long (`CollectionStopped`)."""
         self._alg, self._episodes, self._version = algorithm, episodes, version
         self._preemption = preemption
+        pids = self._env.worker_pids
+        if pids:
+            multi = distributed.get_world_size() > 1
+            self._env.watch(WorkerWatch(
+                pids, stop_asked or (lambda: False),
+                distributed.get_rank() if multi else None))
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
                                       .observation)
 
@@ -193,6 +189,9 @@ class SyncCollector:
                     rank = (f"rank {distributed.get_rank()}'s "
                             if distributed.get_world_size() > 1 else "")
                     raise e.whose(f"{rank}training") from e
+                except (CollectionError, CollectionStopped):
+                    torch.set_rng_state(rng)  # the watch gave the step up
+                    raise
                 exp, obs = transition(alg, obs, step, ts, versions)
                 alg.store(exp)
                 self._episodes.update(ts.reward, ts.done, ts.episode_info)
@@ -326,7 +325,7 @@ class AsyncCollector:
                 self._conns.append(mine)
                 self._procs.append(proc)
             self._watch = StallWatch(
-                [p.pid for p in self._procs[:n]], self._name, _STALL_SECONDS,
+                [p.pid for p in self._procs[:n]], self._name, STALL_SECONDS,
                 servers=[p.pid for p in self._procs[n:]])
             self._receiver = threading.Thread(target=self._receive, daemon=True,
                                               name="alf-actor-receiver")

@@ -14,7 +14,24 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from absl import logging
 
+from alf.environments.batched import StepWatch
 from alf.utils import process
+from alf.utils.errors import AlfError
+
+
+class CollectionError(AlfError):
+    """An actor process of asynchronous collection failed or died (an
+    environment's crash, the kernel's out-of-memory kill), or an
+    environment worker of lock-step collection died or stopped: a restart
+    from the last checkpoint may get past it."""
+    retryable = True
+
+
+class CollectionStopped(AlfError):
+    """A stop was asked for while the learner waited for an unroll (or a
+    lock-step environment step) that did not come in time (an actor or an
+    environment worker stopped or hung): the trainer then saves the last
+    complete iteration instead of waiting on."""
 
 # What /proc/PID/stat's state letter says of a process that sends nothing.
 _STATES = {
@@ -64,9 +81,10 @@ class StallWatch:
         """The silence (seconds) reported now."""
         return max(self._min, self._factor * self._longest)
 
-    def restart(self) -> None:
-        """Counts every actor as heard from now (they start stepping)."""
-        now = self._clock()
+    def restart(self, at: Optional[float] = None) -> None:
+        """Counts every actor as heard from now, or at clock time ``at``
+        (they start stepping)."""
+        now = self._clock() if at is None else at
         self._heard = {i: now for i in self._heard}
 
     def stopped(self, waiting_for: Iterable[int],
@@ -138,6 +156,8 @@ class StallWatch:
 
 # The most silent actors named one by one.
 _NAMED = 3
+# The least silence reported (`StallWatch.limit`), in seconds.
+STALL_SECONDS = 120.0
 
 
 def doing(pid: Optional[int]) -> str:
@@ -151,3 +171,61 @@ def _how(state: str) -> str:
     if not state:
         return "is gone"
     return _STATES.get(state, f"is in state {state}")
+
+
+class WorkerWatch(StepWatch):
+    """Lock-step collection's `StepWatch` on its environments' workers
+    (`alf.environments.batched.BatchedEnvironment.watch`): a step that
+    waits for a worker longer than `StallWatch.limit` is a warning naming
+    it; once a stop is asked for, a step waits at most
+    `StallWatch.stop_limit` longer (`CollectionStopped`); in a multi-rank
+    run, where the other ranks wait for this one's unroll, a step that a
+    stopped worker (SIGSTOP) holds back fails after that long
+    (`CollectionError`), so that they save instead of timing out.
+
+    Args:
+        pids: the workers' process ids.
+        stop_asked: whether a stop was asked for.
+        rank: this process's rank in a multi-rank run, else None.
+        clock: seconds (a test's); the steps' own durations come from the
+            environment.
+    """
+
+    def __init__(self, pids: List[int], stop_asked: Callable[[], bool],
+                 rank: Optional[int] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        owner = "training" if rank is None else f"rank {rank}'s training"
+        n = len(pids)
+        self._stall = StallWatch(
+            list(pids), lambda i: f"{owner} environment worker {i} of {n}",
+            STALL_SECONDS, clock=clock)
+        self._stop_asked, self._rank, self._clock = stop_asked, rank, clock
+        self._new_step = True  # the next `waiting` is a new step's first
+        self._stop_seen: Optional[float] = None
+
+    def stepped(self, seconds: float) -> None:
+        self._stall.unroll_took(seconds)
+        self._new_step, self._stop_seen = True, None
+
+    def waiting(self, workers: Sequence[int], seconds: float) -> None:
+        now = self._clock()
+        if self._new_step:
+            self._stall.restart(now - seconds)  # when the step began
+            self._new_step = False
+        self._stall.check(workers)
+        limit = self._stall.stop_limit
+        if self._rank is not None and seconds > limit:
+            stopped = self._stall.stopped(workers, limit)
+            if stopped:
+                raise CollectionError(
+                    "; ".join(stopped) + f": rank {self._rank}'s unroll "
+                    "cannot come, and the other ranks would wait for it "
+                    "until their collectives time out")
+        if self._stop_asked():
+            self._stop_seen = self._stop_seen or now
+            if now - self._stop_seen > limit:
+                raise CollectionStopped("; ".join(
+                    [f"the environments' step did not come within "
+                     f"{limit:.0f} s of the stop (twice the slowest step "
+                     "so far, at least 5 s)"] +
+                    self._stall.silent(workers, limit)))

@@ -1,6 +1,7 @@
 """The training CLI with asynchronous collection (actor processes): Ctrl-C
-(then resume), a killed actor (and, lock-step, a killed environment worker)
-and 2-process training end cleanly, leaving no process."""
+(then resume), a killed actor (and, lock-step, a killed or stopped
+environment worker) and 2-process training end cleanly, leaving no
+process."""
 import glob
 import os
 import signal
@@ -208,6 +209,75 @@ def test_a_killed_environment_worker_of_rank_1_saves_the_iteration_too(
     assert rc == 1, run.out
     _assert_saved_the_last_iteration(
         run, root, 32, who="rank 1's training environment worker 0 of 1")
+
+
+LOCK_STEP_WORKERS = {"TrainerConfig.async_env": "True",
+                     "TrainerConfig.log_interval_seconds": "0.1",
+                     "TrainerConfig.eval_interval": "0"}
+
+
+def test_a_stop_ends_a_lock_step_wait_for_a_stopped_environment_worker(
+        tmp_path):
+    """Lock-step collection waited in a pipe for a stopped (SIGSTOP)
+    environment worker past a scheduler's SIGTERM, until a second signal,
+    without a checkpoint: now it saves the last complete iteration."""
+    root = tmp_path / "run"
+    run = _Run(_cmd(root, **dict(LOCK_STEP_WORKERS, **{
+        "TrainerConfig.num_env_steps": "10000000",
+        "TrainerConfig.checkpoint_interval": "1000000"})))
+    try:
+        assert run.started.wait(90), run.out
+        # The training environments' workers start first (the evaluation
+        # environments' next).
+        workers = sorted(_actors(run.proc.pid))
+        assert len(workers) >= 2, workers
+        os.kill(workers[0], signal.SIGSTOP)
+        time.sleep(1.0)
+        run.proc.send_signal(signal.SIGTERM)
+        start = time.time()
+        rc = run.finish(timeout=60)
+        took = time.time() - start
+    finally:
+        run.finish()
+    assert rc == 143, run.out
+    assert took < 30, took
+    assert "stopped at" in run.out and "Traceback" not in run.out, run.out
+    assert ("the environments' step did not come within 5 s of the stop"
+            in run.out), run.out
+    assert ("training environment worker 0 of 2 has sent nothing for"
+            in run.out), run.out
+    ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
+    assert len(ckpts) == 1, run.out
+    assert_no_process_left(run.proc.pid)
+
+
+def test_a_stopped_environment_worker_of_rank_1_fails_its_unroll(tmp_path):
+    """Lock-step, 2 ranks: rank 0 waited for rank 1 in a collective until
+    it timed out, nothing saved; now rank 1 gives up the step that a
+    stopped worker holds back, and both save."""
+    root = tmp_path / "run"
+    run = _Run(_two_ranks(root, dict(LOCK_STEP_WORKERS, **{
+        "collective_timeout.seconds": "60"})))
+    try:
+        assert run.started.wait(120), run.out
+        workers = _actors(rank_pids(run.proc.pid)[1])
+        assert workers, run.out
+        os.kill(workers[0], signal.SIGSTOP)
+        start = time.time()
+        rc = run.finish(timeout=90)
+        took = time.time() - start
+    finally:
+        run.finish()
+    assert rc == 1, run.out
+    assert took < 45, took  # not the collective's 60 s
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    assert ("rank 1's training environment worker 0 of 1 has sent nothing"
+            in said[0]), said[0]
+    assert ": rank 1's unroll cannot come" in said[0], said[0]
+    assert "is saved, and a restart resumes from it" in said[0], said[0]
+    assert len(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))) == 1, run.out
+    assert_no_process_left(run.proc.pid)
 
 
 def test_async_two_processes_train_and_finish(tmp_path):

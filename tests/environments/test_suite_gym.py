@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from alf.environments import suite_gym
+from alf.environments.batched import StepWatch
 from alf.utils.errors import AlfError
 
 TERM_ID = "alf_test/Scripted-v0"  # terminates after 3 steps
@@ -403,3 +404,58 @@ def test_a_killed_worker_is_a_retryable_error_and_close_ends_the_rest(
     env.close()
     assert time.time() - start < 15
     assert not any(w.is_alive() for w in workers)
+
+
+class _Recorder(StepWatch):
+    """A watch that records what a step tells it, and gives the step up
+    after ``give_up`` reports."""
+
+    def __init__(self, give_up=None):
+        self.waiting_calls, self.steps, self._give_up = [], [], give_up
+
+    def waiting(self, workers, seconds):
+        self.waiting_calls.append((list(workers), seconds))
+        if self._give_up and len(self.waiting_calls) >= self._give_up:
+            raise KeyboardInterrupt
+
+    def stepped(self, seconds):
+        self.steps.append(seconds)
+
+
+@pytest.mark.timeout(60)
+def test_a_watched_step_names_a_stopped_worker_and_closes_once_given_up(
+        envs):
+    """Before, a step waited in a pipe's recv for a stopped (SIGSTOP)
+    worker forever, and closing the environments after an interrupt
+    waited for its answer forever too."""
+    env = envs("CartPole-v1", num_envs=3, asynchronous=True)
+    assert len(env.worker_pids) == 3
+    watch = _Recorder(give_up=2)
+    env.watch(watch)
+    env.reset(seed=0)
+    action = torch.zeros(3, dtype=torch.long)
+    for _ in range(5):
+        env.step(action)
+    assert len(watch.steps) == 5 and watch.waiting_calls == []
+    os.kill(env.worker_pids[1], signal.SIGSTOP)
+    start = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        env.step(action)
+    assert 1.5 < time.time() - start < 10
+    assert [w for w, _ in watch.waiting_calls] == [[1], [1]]
+    assert 0.9 < watch.waiting_calls[0][1] < watch.waiting_calls[1][1]
+    workers = list(env._env.processes)
+    start = time.time()
+    env.close()
+    assert time.time() - start < 15
+    assert not any(w.is_alive() for w in workers)
+
+
+def test_in_process_environments_have_no_workers_to_watch(envs):
+    env = envs("CartPole-v1", num_envs=2)
+    assert env.worker_pids == []
+    watch = _Recorder()
+    env.watch(watch)  # ignored
+    env.reset(seed=0)
+    env.step(torch.zeros(2, dtype=torch.long))
+    assert watch.steps == []

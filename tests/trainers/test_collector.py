@@ -600,7 +600,7 @@ def test_a_stopped_actor_is_named_while_the_learner_waits(monkeypatch):
     from alf.trainers import collector as collector_module
     from alf.trainers.stall_watch import StallWatch
     monkeypatch.setattr(collector_module, "_STALL_POLL", 0.1)
-    monkeypatch.setattr(collector_module, "_STALL_SECONDS", 0.5)
+    monkeypatch.setattr(collector_module, "STALL_SECONDS", 0.5)
     warned = []
     check = StallWatch.check
 

@@ -1,6 +1,7 @@
 """Tests of alf/trainers/stall_watch.py: which actors a waiting learner
 reports, when, and how it describes their processes."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -8,7 +9,8 @@ import time
 
 import pytest
 
-from alf.trainers.stall_watch import StallWatch
+from alf.trainers.stall_watch import (CollectionError, CollectionStopped,
+                                      StallWatch, WorkerWatch)
 
 
 class _Clock:
@@ -121,6 +123,76 @@ def test_a_stopped_process_is_named_as_stopped_and_a_gone_one_as_gone():
         assert f"pid {child.pid}" in lines[0], lines
         assert watch.stopped([0, 1], 1) == watch.silent([0, 1], 1)
         assert lines[1].endswith("is gone"), lines
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_worker_watch_warns_past_the_limit_and_gives_up_after_a_stop(
+        caplog):
+    clock, stop = _Clock(), [False]
+    watch = WorkerWatch([os.getpid(), os.getpid()], lambda: stop[0],
+                        clock=clock)
+    watch.stepped(40.0)  # the slowest step: the limit is 120 s, stop 80 s
+    clock.now = 1000.0
+    watch.waiting([1], 1.0)  # a step that began at 999
+    clock.now = 1118.0
+    watch.waiting([1], 119.0)
+    assert "waiting for an unroll" not in caplog.text
+    clock.now = 1122.0
+    watch.waiting([1], 123.0)
+    assert ("training environment worker 1 of 2 has sent nothing for "
+            "123 s") in caplog.text, caplog.text
+    stop[0] = True
+    watch.waiting([1], 123.0)  # the stop is seen now
+    clock.now = 1201.0
+    watch.waiting([1], 202.0)  # 79 s after it: not yet
+    clock.now = 1203.0
+    with pytest.raises(CollectionStopped, match=re.escape(
+            "the environments' step did not come within 80 s of the stop "
+            "(twice the slowest step so far, at least 5 s); training "
+            "environment worker 1 of 2 has sent nothing for 204 s")):
+        watch.waiting([1], 204.0)
+    # A step that came counts afresh: a stop waits for the next one anew.
+    watch.stepped(1.0)
+    clock.now = 1300.0
+    watch.waiting([0], 1.0)
+    clock.now = 1370.0
+    watch.waiting([0], 71.0)
+
+
+@pytest.mark.timeout(30)
+def test_a_ranks_worker_watch_fails_a_step_a_stopped_worker_holds(caplog):
+    """Other ranks wait for this one's unroll in a collective: a stopped
+    worker fails the step after the stop limit, without any stop asked
+    for; a worker that is merely slow does not."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; time.sleep(60)"])
+    try:
+        clock = _Clock()
+        watch = WorkerWatch([os.getpid(), child.pid], lambda: False, rank=1,
+                            clock=clock)
+        clock.now = 10.0
+        watch.waiting([0, 1], 6.0)  # past 5 s, but running and sleeping
+        os.kill(child.pid, signal.SIGSTOP)
+        watch.waiting([0], 6.0)  # the stopped one answered
+        for _ in range(100):  # the stop takes effect once it is scheduled
+            try:
+                watch.waiting([1], 6.0)
+            except CollectionError as e:
+                error = str(e)
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the stopped worker was not given up")
+        assert error.startswith(
+            "rank 1's training environment worker 1 of 2 has sent nothing "
+            f"for 6 s; its process (pid {child.pid}) is stopped (SIGSTOP"), \
+            error
+        assert error.endswith(
+            ": rank 1's unroll cannot come, and the other ranks would wait "
+            "for it until their collectives time out"), error
+        assert CollectionError.retryable
     finally:
         child.kill()
         child.wait()
