@@ -144,6 +144,7 @@ class BatchedEnvironment(abc.ABC):
         """Has `step` report to ``watch`` while it waits for the workers
         of `worker_pids` (None: stop reporting). The default, for
         environments stepping in the caller's process, ignores it."""
+        return None
 
     def render(self) -> np.ndarray:
         """The first environment's current frame, uint8 [H, W, 3], for

@@ -8,6 +8,7 @@ default next-step mode), and a time-limit truncation can bootstrap from the
 value of the observation that really ended the episode.
 """
 import difflib
+import functools
 import inspect
 import re
 import select
@@ -165,7 +166,10 @@ class GymEnvironment(BatchedEnvironment):
         """
         if seed is None:
             seed, self._first_seed = self._first_seed, None
-        obs, _ = self._call(self._env.reset, seed=seed)
+        vec: Any = self._env  # an AsyncVectorEnv where watched
+        obs, _ = self._call(
+            vec.reset if self._watch is None else functools.partial(
+                self._watched, vec.reset_async, vec.reset_wait), seed=seed)
         zeros = torch.zeros(self.num_envs)
         false = torch.zeros(self.num_envs, dtype=torch.bool)
         return TimeStep(self._obs(obs), zeros, false, false.clone())
@@ -188,8 +192,10 @@ class GymEnvironment(BatchedEnvironment):
         a = action.cpu().numpy()
         if self._clip is not None:
             a = np.clip(a, *self._clip)
+        vec: Any = self._env  # an AsyncVectorEnv where watched
         obs, reward, terminated, truncated, info = self._call(
-            self._env.step if self._watch is None else self._watched_step, a)
+            vec.step if self._watch is None else functools.partial(
+                self._watched, vec.step_async, vec.step_wait), a)
         final, episode_info = None, {}
         if "_final_obs" in info and info["_final_obs"].any():
             final = self._obs(_merge_final(obs, info["final_obs"],
@@ -233,19 +239,20 @@ class GymEnvironment(BatchedEnvironment):
             # One poll object per pipe, made once: a step costs a system
             # call per worker more than gymnasium's own wait, 1-5% of an
             # 8-worker CartPole step (a MetaDrive step's is 100x longer).
-            for pipe in getattr(self._env, "parent_pipes"):
+            vec: Any = self._env  # an AsyncVectorEnv: it has workers
+            for pipe in vec.parent_pipes:
                 poll = select.poll()
                 poll.register(pipe.fileno(), select.POLLIN)
                 self._polls.append(poll)
 
-    def _watched_step(self, action):
-        """``AsyncVectorEnv.step`` that tells the watch, about once a
-        second, which workers it still waits for (gymnasium's own waits in
+    def _watched(self, send, wait, *args, **kwargs):
+        """``AsyncVectorEnv.step`` (or ``reset``), as ``send`` (its
+        ``step_async``) then ``wait``, telling the watch about once a
+        second which workers it still waits for (gymnasium's own waits in
         a pipe's ``recv``, forever for a worker that hangs)."""
         assert self._watch is not None
-        vec: Any = self._env
         start = time.perf_counter()
-        vec.step_async(action)
+        send(*args, **kwargs)
         try:
             # In order, as step_wait reads them; a dead worker's pipe is
             # ready too (step_wait then reads its EOF).
@@ -258,7 +265,7 @@ class GymEnvironment(BatchedEnvironment):
         except BaseException:
             self._dead = True  # the answers may still come: close kills
             raise
-        out = vec.step_wait()
+        out = wait()
         self._watch.stepped(time.perf_counter() - start)
         return out
 

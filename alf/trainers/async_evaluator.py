@@ -49,7 +49,8 @@ from alf.trainers.stall_watch import doing
 from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
-from alf.utils.errors import AlfError
+# EvaluationError is importable from here too, where it was first defined.
+from alf.utils.errors import EvaluationError
 
 # The least time between two warnings of skipped evaluations, and between
 # two of a long wait for one, in seconds.
@@ -59,13 +60,6 @@ _SKIP_WARNING_SECONDS, _WAIT_WARNING_SECONDS = 60.0, 120.0
 #: gin-scoped ``@held_out/suite_metadrive.load``): the evaluator takes it
 #: from gin, which it parses from the same bindings.
 FROM_GIN = "from gin"
-
-
-class EvaluationError(AlfError):
-    """The evaluator process failed or died, or a worker of the trainer's
-    own evaluation environments did (a restart from the last checkpoint
-    may get past it)."""
-    retryable = True
 
 
 class EvalResult(NamedTuple):

@@ -64,11 +64,11 @@ from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.inference_worker import inference_main
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
-from alf.trainers.stall_watch import (STALL_SECONDS, CollectionError,
-                                      CollectionStopped, StallWatch,
-                                      WorkerWatch)
+from alf.trainers.stall_watch import STALL_SECONDS, StallWatch, WorkerWatch
 from alf.utils import distributed, process
-from alf.utils.errors import ConfigError, TrainingError
+# The collection errors are importable from here too (defined here first).
+from alf.utils.errors import (CollectionError, CollectionStopped,
+                              ConfigError, TrainingError)
 
 if TYPE_CHECKING:
     from alf.algorithms.rl_algorithm import RLAlgorithm
@@ -154,10 +154,13 @@ class SyncCollector:
         self._preemption = preemption
         pids = self._env.worker_pids
         if pids:
+            rank = distributed.get_rank()
             multi = distributed.get_world_size() > 1
+            owner = f"rank {rank}'s training" if multi else "training"
             self._env.watch(WorkerWatch(
-                pids, stop_asked or (lambda: False),
-                distributed.get_rank() if multi else None))
+                pids, lambda i: (f"{owner} environment worker {i} of "
+                                 f"{len(pids)}"), stop_asked or (lambda: False),
+                f"rank {rank}'s unroll cannot come" if multi else None))
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
                                       .observation)
 

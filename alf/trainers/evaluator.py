@@ -16,16 +16,22 @@ from alf.environments import env_fn
 from alf.environments.batched import BatchedEnvironment, check_environment
 from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers import seeds
+from alf.trainers.stall_watch import WorkerWatch
+from alf.utils import distributed
+from alf.utils.errors import EvaluationError
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
 #: Evaluations on the training environments' settings, and on held-out ones
 #: (``TrainerConfig.held_out_env_load_fn``).
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
+# How often (seconds) an evaluation whose steps all wait looks for a stop.
+_STOP_POLL = 1.0
 
 
 class EvaluationStopped(Exception):
     """An evaluation abandoned between steps because training was asked to
-    stop (``should_stop``); nothing of it is recorded."""
+    stop (``should_stop``); nothing of it is recorded. Its message, if any,
+    says why a step was not waited for."""
 
 
 def make_evaluator(cfg, load_fn,
@@ -259,6 +265,7 @@ def _evaluate_sets(sets, algorithm, should_stop):
         seed = sets[0][0]._seed
         if seed is not None:
             torch.manual_seed(seed)
+        _watch_workers(sets, should_stop)
         try:
             played = _play_sets(sets, algorithm, should_stop)
         except EnvironmentWorkerDied as e:
@@ -277,6 +284,33 @@ def _evaluate_sets(sets, algorithm, should_stop):
             per_variant.append(result)
         out.append(per_variant)
     return out
+
+
+def _watch_workers(sets, should_stop) -> None:
+    """Has every environment of ``sets`` whose worker a step waits for
+    name one that hangs, give a step up once a stop has waited for it
+    (`EvaluationStopped`), and, in a multi-rank run (the other ranks wait
+    in a collective), give up one that a stopped worker (SIGSTOP) holds
+    (`EvaluationError`): a step waiting in a pipe would hold them all."""
+    multi = distributed.get_world_size() > 1
+    held = (f"rank {distributed.get_rank()}'s evaluation cannot finish"
+            if multi else None)
+    for k, (evaluator, _) in enumerate(sets):
+        for i, env in enumerate(evaluator._envs):
+            if env.worker_pids:
+                env.watch(WorkerWatch(
+                    env.worker_pids, _worker_name(
+                        f"{'held-out ' if k else ''}evaluation environment "
+                        f"{i}'s worker", len(env.worker_pids)),
+                    should_stop or (lambda: False), held,
+                    stop_error=EvaluationStopped,
+                    give_up_error=EvaluationError))
+
+
+def _worker_name(name: str, n: int) -> Callable[[int], str]:
+    """Names worker ``j`` of an environment's ``n`` (just ``name`` for
+    its only one)."""
+    return lambda j: name if n == 1 else f"{name} {j}"
 
 
 class _Slot:
@@ -383,8 +417,10 @@ def _play_sets(sets, algorithm, should_stop):
             for env in evaluator._envs:
                 start(_Slot(k, env, evaluator._pool))
         while pending:
+            # A timeout: a stop is seen while every step still waits.
             done, _ = concurrent.futures.wait(
-                pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                pending, _STOP_POLL,
+                return_when=concurrent.futures.FIRST_COMPLETED)
             ready = []
             for future in done:
                 s = pending.pop(future)
@@ -398,7 +434,7 @@ def _play_sets(sets, algorithm, should_stop):
                     start(s)
             if should_stop is not None and should_stop():
                 # The next evaluation resets every environment it plays.
-                raise EvaluationStopped()
+                raise EvaluationStopped(_why_stopped(pending))
             if not ready:
                 continue
             obs = algorithm.observe(nest.map_structure(
@@ -418,6 +454,18 @@ def _play_sets(sets, algorithm, should_stop):
         if streams is not None:
             streams.close()
     return results
+
+
+def _why_stopped(pending) -> str:
+    """Waits for the steps of ``pending`` (one a watched worker holds is
+    given up: `_watch_workers`) and says why one was given up, if one
+    was."""
+    concurrent.futures.wait(pending)
+    for future in pending:
+        error = future.exception()
+        if isinstance(error, EvaluationStopped) and str(error):
+            return str(error)
+    return ""
 
 
 def noise_carriers(algorithm) -> list:

@@ -16,22 +16,8 @@ from absl import logging
 
 from alf.environments.batched import StepWatch
 from alf.utils import process
-from alf.utils.errors import AlfError
+from alf.utils.errors import CollectionError, CollectionStopped
 
-
-class CollectionError(AlfError):
-    """An actor process of asynchronous collection failed or died (an
-    environment's crash, the kernel's out-of-memory kill), or an
-    environment worker of lock-step collection died or stopped: a restart
-    from the last checkpoint may get past it."""
-    retryable = True
-
-
-class CollectionStopped(AlfError):
-    """A stop was asked for while the learner waited for an unroll (or a
-    lock-step environment step) that did not come in time (an actor or an
-    environment worker stopped or hung): the trainer then saves the last
-    complete iteration instead of waiting on."""
 
 # What /proc/PID/stat's state letter says of a process that sends nothing.
 _STATES = {
@@ -174,32 +160,36 @@ def _how(state: str) -> str:
 
 
 class WorkerWatch(StepWatch):
-    """Lock-step collection's `StepWatch` on its environments' workers
-    (`alf.environments.batched.BatchedEnvironment.watch`): a step that
-    waits for a worker longer than `StallWatch.limit` is a warning naming
-    it; once a stop is asked for, a step waits at most
-    `StallWatch.stop_limit` longer (`CollectionStopped`); in a multi-rank
-    run, where the other ranks wait for this one's unroll, a step that a
-    stopped worker (SIGSTOP) holds back fails after that long
-    (`CollectionError`), so that they save instead of timing out.
+    """A `StepWatch` on environment workers that collection or an
+    evaluation waits for (`alf.environments.batched.BatchedEnvironment.
+    watch`): a step that waits for a worker longer than `StallWatch.limit`
+    is a warning naming it; once a stop is asked for, a step waits at most
+    `StallWatch.stop_limit` longer (``stop_error``); in a multi-rank run,
+    where the other ranks wait for this one, a step that a stopped worker
+    (SIGSTOP) holds back fails after that long (``give_up_error``), so
+    that they save instead of timing out.
 
     Args:
         pids: the workers' process ids.
+        name: names worker ``i`` ("training environment worker 0 of 2").
         stop_asked: whether a stop was asked for.
-        rank: this process's rank in a multi-rank run, else None.
+        held: what a stopped worker holds back, in a multi-rank run
+            ("rank 1's unroll cannot come"); None: give up nothing.
+        stop_error: the error of a step given up after a stop.
+        give_up_error: the error of a step given up for a stopped worker.
         clock: seconds (a test's); the steps' own durations come from the
             environment.
     """
 
-    def __init__(self, pids: List[int], stop_asked: Callable[[], bool],
-                 rank: Optional[int] = None,
+    def __init__(self, pids: List[int], name: Callable[[int], str],
+                 stop_asked: Callable[[], bool], held: Optional[str] = None,
+                 stop_error: Callable[[str], BaseException] = CollectionStopped,
+                 give_up_error: Callable[[str], BaseException] = (
+                     CollectionError),
                  clock: Callable[[], float] = time.monotonic):
-        owner = "training" if rank is None else f"rank {rank}'s training"
-        n = len(pids)
-        self._stall = StallWatch(
-            list(pids), lambda i: f"{owner} environment worker {i} of {n}",
-            STALL_SECONDS, clock=clock)
-        self._stop_asked, self._rank, self._clock = stop_asked, rank, clock
+        self._stall = StallWatch(list(pids), name, STALL_SECONDS, clock=clock)
+        self._stop_asked, self._held, self._clock = stop_asked, held, clock
+        self._stop_error, self._give_up_error = stop_error, give_up_error
         self._new_step = True  # the next `waiting` is a new step's first
         self._stop_seen: Optional[float] = None
 
@@ -214,17 +204,17 @@ class WorkerWatch(StepWatch):
             self._new_step = False
         self._stall.check(workers)
         limit = self._stall.stop_limit
-        if self._rank is not None and seconds > limit:
+        if self._held is not None and seconds > limit:
             stopped = self._stall.stopped(workers, limit)
             if stopped:
-                raise CollectionError(
-                    "; ".join(stopped) + f": rank {self._rank}'s unroll "
-                    "cannot come, and the other ranks would wait for it "
-                    "until their collectives time out")
+                raise self._give_up_error(
+                    "; ".join(stopped) + f": {self._held}, and the other "
+                    "ranks would wait for it until their collectives time "
+                    "out")
         if self._stop_asked():
             self._stop_seen = self._stop_seen or now
             if now - self._stop_seen > limit:
-                raise CollectionStopped("; ".join(
+                raise self._stop_error("; ".join(
                     [f"the environments' step did not come within "
                      f"{limit:.0f} s of the stop (twice the slowest step "
                      "so far, at least 5 s)"] +

@@ -568,10 +568,11 @@ class Trainer:
                                                           self._stop_asked))
                 results = evaluate_together(evaluators, self.algorithm,
                                             self._stop_asked)
-        except EvaluationStopped:
+        except EvaluationStopped as e:
             logging.warning("%s: the evaluation at %d env steps was stopped "
-                            "and is not recorded", process.signal_name(
-                                self._stop_requests.signal), self.env_steps)
+                            "and is not recorded%s", process.signal_name(
+                                self._stop_requests.signal), self.env_steps,
+                            f" ({e})" if str(e) else "")
             return {}
         held_out = results[1] if len(results) > 1 else None
         result = self._record(EvalResult(self.env_steps, results[0],

@@ -37,6 +37,28 @@ class TrainingError(AlfError):
     """Training cannot continue (e.g. a non-finite loss)."""
 
 
+class CollectionError(AlfError):
+    """An actor process of asynchronous collection failed or died (an
+    environment's crash, the kernel's out-of-memory kill), or an
+    environment worker of lock-step collection died or stopped: a restart
+    from the last checkpoint may get past it."""
+    retryable = True
+
+
+class CollectionStopped(AlfError):
+    """A stop was asked for while the learner waited for an unroll (or a
+    lock-step environment step) that did not come in time (an actor or an
+    environment worker stopped or hung): the trainer then saves the last
+    complete iteration instead of waiting on."""
+
+
+class EvaluationError(AlfError):
+    """The evaluator process failed or died, or a worker of the trainer's
+    own evaluation environments died (or, in a multi-rank run, stopped): a
+    restart from the last checkpoint may get past it."""
+    retryable = True
+
+
 class TrainingInterrupted(AlfError):
     """A stop signal (Ctrl-C, SIGTERM, SIGHUP): a checkpoint was saved and
     the run can be resumed. (Here, not beside the trainer: the launcher's

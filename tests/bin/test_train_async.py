@@ -280,6 +280,40 @@ def test_a_stopped_environment_worker_of_rank_1_fails_its_unroll(tmp_path):
     assert_no_process_left(run.proc.pid)
 
 
+def test_a_stopped_evaluation_worker_of_rank_0_fails_the_evaluation(
+        tmp_path):
+    """Rank 0's evaluation waited in a pipe for a stopped worker while the
+    other ranks waited in a collective until it timed out, nothing saved:
+    now rank 0 gives the evaluation up, and every rank saves."""
+    root = tmp_path / "run"
+    run = _Run(_two_ranks(root, dict(LOCK_STEP_WORKERS, **{
+        "TrainerConfig.eval_interval": "1",
+        "collective_timeout.seconds": "60"})))
+    try:
+        assert run.started.wait(120), run.out
+        # Rank 0's training environment's worker, then the first
+        # evaluation environment's (the main thread's children; the other
+        # evaluation environments load on threads of their own).
+        workers = sorted(_actors(rank_pids(run.proc.pid)[0]))
+        assert len(workers) == 2, workers
+        os.kill(workers[1], signal.SIGSTOP)
+        start = time.time()
+        rc = run.finish(timeout=90)
+        took = time.time() - start
+    finally:
+        run.finish()
+    assert rc == 1, run.out
+    assert took < 45, took  # not the collective's 60 s
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    assert "evaluation environment 0's worker has sent nothing" in said[0], \
+        said[0]
+    assert ": rank 0's evaluation cannot finish" in said[0], said[0]
+    assert "is saved, and a restart resumes from it" in said[0], said[0]
+    assert len(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))) >= 1, run.out
+    assert_no_process_left(run.proc.pid)
+
+
 def test_async_two_processes_train_and_finish(tmp_path):
     root = tmp_path / "run"
     run = _Run(_cmd(root, **dict(ASYNC, **{

@@ -15,7 +15,8 @@ import torch
 
 from alf.data_structures import AlgStep
 from alf.environments import env_fn, suite_gym
-from alf.trainers.evaluator import (Evaluator, append_eval_csv,
+from alf.trainers.evaluator import (Evaluator, EvaluationStopped,
+                                    append_eval_csv,
                                     evaluate_together, evaluate_variants,
                                     make_evaluator, read_eval_csv,
                                     set_aside_later_rows)
@@ -594,3 +595,35 @@ def test_together_refuses_a_mix_of_deterministic_and_sampling():
         evaluate_together([Evaluator([_group([2])]),
                            Evaluator([_group([2])], deterministic=False)],
                           _FirstObservation())
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_gives_up_a_step_that_a_stopped_worker_holds():
+    """Before, an evaluation waited in a pipe for a stopped (SIGSTOP)
+    worker forever, past the stop that abandons evaluations; now it is
+    given up 5 s after the stop, named, and closing ends the worker."""
+    import signal
+
+    class Config(_Config):
+        env_name, async_env, num_eval_episodes = "CartPole-v1", True, 2
+
+    evaluator = make_evaluator(Config(), suite_gym.load)
+    workers = [env._env.processes[0] for env in evaluator._envs]
+    try:
+        evaluator.evaluate(_FirstObservation())  # the steps' pace
+        os.kill(workers[1].pid, signal.SIGSTOP)
+        asked = time.time() + 1.0
+        with pytest.raises(EvaluationStopped) as e:
+            evaluator.evaluate(_FirstObservation(),
+                               should_stop=lambda: time.time() > asked)
+        assert time.time() - asked < 15
+        assert str(e.value).startswith(
+            "the environments' step did not come within 5 s of the stop"), e
+        assert ("evaluation environment 1's worker has sent nothing for "
+                in str(e.value)), e
+        assert f"(pid {workers[1].pid}) is stopped (SIGSTOP" in str(e.value)
+    finally:
+        start = time.time()
+        evaluator.close()
+    assert time.time() - start < 15
+    assert not any(w.is_alive() for w in workers)

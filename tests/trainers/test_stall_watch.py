@@ -131,8 +131,9 @@ def test_a_stopped_process_is_named_as_stopped_and_a_gone_one_as_gone():
 def test_a_worker_watch_warns_past_the_limit_and_gives_up_after_a_stop(
         caplog):
     clock, stop = _Clock(), [False]
-    watch = WorkerWatch([os.getpid(), os.getpid()], lambda: stop[0],
-                        clock=clock)
+    watch = WorkerWatch([os.getpid(), os.getpid()],
+                        lambda i: f"training environment worker {i} of 2",
+                        lambda: stop[0], clock=clock)
     watch.stepped(40.0)  # the slowest step: the limit is 120 s, stop 80 s
     clock.now = 1000.0
     watch.waiting([1], 1.0)  # a step that began at 999
@@ -170,8 +171,10 @@ def test_a_ranks_worker_watch_fails_a_step_a_stopped_worker_holds(caplog):
                               "import time; time.sleep(60)"])
     try:
         clock = _Clock()
-        watch = WorkerWatch([os.getpid(), child.pid], lambda: False, rank=1,
-                            clock=clock)
+        watch = WorkerWatch(
+            [os.getpid(), child.pid],
+            lambda i: f"rank 1's training environment worker {i} of 2",
+            lambda: False, "rank 1's unroll cannot come", clock=clock)
         clock.now = 10.0
         watch.waiting([0, 1], 6.0)  # past 5 s, but running and sleeping
         os.kill(child.pid, signal.SIGSTOP)
