@@ -50,7 +50,7 @@ from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
 # EvaluationError is importable from here too, where it was first defined.
-from alf.utils.errors import EvaluationError
+from alf.utils.errors import AlfError, EvaluationError
 
 # The least time between two warnings of skipped evaluations, and between
 # two of a long wait for one, in seconds.
@@ -253,45 +253,59 @@ class AsyncEvaluator:
 
         Raises:
             EvaluationError: the evaluator failed or died (an `AlfError`
-                with the evaluator's one line for a configuration mistake).
+                with the evaluator's one line for a configuration mistake);
+                `finished_before` gives the evaluations that finished
+                before it, for the run to record.
         """
-        done = []
-        while self._conn.poll(timeout):
-            timeout = 0.0
-            try:
-                message = decode(self._conn.recv_bytes())
-            except (EOFError, OSError):
+        done: List[EvalResult] = []
+        try:
+            while self._conn.poll(timeout):
+                timeout = 0.0
+                try:
+                    message = decode(self._conn.recv_bytes())
+                except (EOFError, OSError):
+                    self._raise_dead()
+                kind = message[0]
+                if kind == "error":
+                    raise_reported(message, "the evaluator process",
+                                   EvaluationError)
+                if kind == "ready":
+                    self._ready = True
+                elif kind == "result":
+                    assert self._running is not None
+                    _, env_steps, metrics, held_out, calibration = message
+                    done.append(EvalResult(env_steps, metrics, held_out,
+                                           self._running[2], calibration))
+                    self._running = None
+                if self._running is None and self._waiting is not None and \
+                        self._ready:
+                    request, self._waiting = self._waiting, None
+                    self._send(request)
+            if not done and not self._proc.is_alive() and \
+                    not self._conn.poll():
                 self._raise_dead()
-            kind = message[0]
-            if kind == "error":
-                raise_reported(message, "the evaluator process",
-                               EvaluationError)
-            if kind == "ready":
-                self._ready = True
-            elif kind == "result":
-                assert self._running is not None
-                _, env_steps, metrics, held_out, calibration = message
-                done.append(EvalResult(env_steps, metrics, held_out,
-                                       self._running[2], calibration))
-                self._running = None
-            if self._running is None and self._waiting is not None and \
-                    self._ready:
-                request, self._waiting = self._waiting, None
-                self._send(request)
-        if not done and not self._proc.is_alive() and \
-                not self._conn.poll():
-            self._raise_dead()
+        except AlfError as e:
+            _finished_before(e, done)
+            raise
         return done
 
     def wait(self, should_stop: Optional[Callable[[], bool]] = None
              ) -> List[EvalResult]:
         """Every evaluation submitted, once finished; or those finished
         when ``should_stop`` says so (checked every 0.1 s: the others stay
-        in flight, dropped by `close`)."""
-        done, start = [], time.monotonic()
-        said = start  # when the waiting was last said
+        in flight, dropped by `close`).
+
+        Raises:
+            EvaluationError: as `poll`, with `finished_before`.
+        """
+        done: List[EvalResult] = []
+        start = said = time.monotonic()  # said: when the wait was said
         while self.busy and not (should_stop and should_stop()):
-            done += self.poll(timeout=0.1)
+            try:
+                done += self.poll(timeout=0.1)
+            except AlfError as e:
+                _finished_before(e, done)
+                raise
             if time.monotonic() - said > _WAIT_WARNING_SECONDS and self.busy:
                 # A stopped or stuck evaluator would hold the run silently.
                 said = time.monotonic()
@@ -336,3 +350,19 @@ class AsyncEvaluator:
         self._proc.join(timeout=5)
         raise EvaluationError("the evaluator process " +
                               process.describe_exit(self._proc.exitcode))
+
+
+def finished_before(error: BaseException) -> List[EvalResult]:
+    """The evaluations that finished before ``error`` that `poll` or
+    `wait` raised (the evaluator's next evaluation failed): the run still
+    records them."""
+    return getattr(error, _FINISHED, [])
+
+
+# The attribute of an error of `poll` or `wait` that `finished_before` reads.
+_FINISHED = "alf_finished_evaluations"
+
+
+def _finished_before(error: BaseException, done: List[EvalResult]) -> None:
+    """Adds ``done`` (finished first) to ``error``'s `finished_before`."""
+    setattr(error, _FINISHED, done + finished_before(error))

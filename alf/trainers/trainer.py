@@ -25,7 +25,8 @@ from alf.environments.batched import check_environment
 from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers import seeds
 from alf.trainers.async_evaluator import (AsyncEvaluator, EvalResult,
-                                          EvaluationError, snapshot)
+                                          EvaluationError, finished_before,
+                                          snapshot)
 from alf.trainers.calibration import (Calibrator, check_algorithm,
                                       make_calibrator, offset_columns)
 from alf.trainers.checkpointer import WRITE_ADVICE, free_space
@@ -504,17 +505,28 @@ class Trainer:
         at once (the next iteration changes the weights evaluated)."""
         assert self._run_state is not None
         result: Dict[str, float] = {}
+        failure = None
         if self._owes_evaluation():
             logging.info("evaluating at %d env steps, which the run that "
                          "saved it did not record (stopped or failed)",
                          self.env_steps)
-            # Asynchronous evaluation too waits for it: a stop meanwhile
-            # keeps it owed.
-            result = self._evaluate(True, self._async_eval is not None)
-            self._save()  # again if the evaluation calibrated
-            self._run_state.save_best(self.iteration, self.env_steps)
+            try:
+                # Asynchronous evaluation too waits for it: a stop
+                # meanwhile keeps it owed.
+                result = self._evaluate(True, self._async_eval is not None)
+            except (EvaluationError, EnvironmentWorkerDied) as e:
+                # As after an iteration: every rank learns of it below
+                # (and saves).
+                failure = one_line(e)
+            else:
+                self._save()  # again if the evaluation calibrated
+                self._run_state.save_best(self.iteration, self.env_steps)
         if self.env_steps_at_start > 0:  # every rank: a collective
-            stop, _ = self._stop_requests.agree()
+            stop, _, failed = self._stop_requests.agree_with(
+                failure is not None)
+            if failed:
+                raise _HelperFailed(distributed.broadcast_object(failure),
+                                    EvaluationError)
             if stop:
                 raise KeyboardInterrupt
         return result
@@ -595,8 +607,14 @@ class Trainer:
                     if self.config.best_metric else None)
             self._async_eval.submit(self.env_steps,
                                     self.algorithm.acting_state(), kept)
-        results = self._async_eval.wait(self._stop_asked) if wait else \
-            self._async_eval.poll()
+        try:
+            results = self._async_eval.wait(self._stop_asked) if wait else \
+                self._async_eval.poll()
+        except AlfError as e:
+            # The evaluator failed on a later evaluation than these.
+            for r in finished_before(e):
+                self._record(r)
+            raise
         recorded = [self._record(r) for r in results]
         return recorded[-1].metrics if recorded else {}
 

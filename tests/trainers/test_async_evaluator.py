@@ -315,3 +315,44 @@ def test_a_long_wait_for_an_evaluation_says_what_the_evaluator_does(
     assert warned[0] == (f"waiting 150 s for the evaluation at 512 env "
                          f"steps; the evaluator process (pid {os.getpid()}) "
                          "is running (a slow environment step, or a loop?)")
+
+
+@pytest.mark.parametrize("call", ["poll", "wait"])
+def test_evaluations_finished_before_a_failure_come_with_it(call):
+    """Before, an evaluation that finished in the same poll (or wait) as
+    the evaluator's failure on the next one was lost, never recorded."""
+    from alf.trainers.actor import encode
+    from alf.trainers.async_evaluator import finished_before
+    evaluator = AsyncEvaluator.__new__(AsyncEvaluator)
+    mine, theirs = mp.Pipe()
+
+    class _Proc:
+        pid = os.getpid()
+
+        @staticmethod
+        def is_alive():
+            return True
+    evaluator._conn, evaluator._proc, evaluator._ready = mine, _Proc(), True
+    evaluator._running, evaluator._waiting = (64, None, "kept"), (
+        128, None, None)
+    theirs.send_bytes(encode(("result", 64, {"average_return": 9.0}, None,
+                              None)))
+    if call == "poll":
+        theirs.send_bytes(encode(("error", "failure", "", "worker died",
+                                  "")))
+        with pytest.raises(EvaluationError, match="worker died") as e:
+            evaluator.poll()
+    else:
+        def fail_later(timeout=0.0, poll=evaluator.poll):
+            if evaluator._running[0] == 128:  # the 64's result came
+                theirs.send_bytes(encode(("error", "failure", "",
+                                          "worker died", "")))
+            return poll(timeout)
+        evaluator.poll = fail_later
+        with pytest.raises(EvaluationError, match="worker died") as e:
+            evaluator.wait()
+    finished = finished_before(e.value)
+    assert [(r.env_steps, r.metrics, r.snapshot) for r in finished] == [
+        (64, {"average_return": 9.0}, "kept")], finished
+    mine.close()
+    theirs.close()

@@ -493,6 +493,36 @@ def test_a_stop_during_the_owed_evaluation_leaves_no_gap(tmp_path,
 
 
 @pytest.mark.timeout(120)
+def test_a_failed_owed_evaluation_is_agreed_saved_and_still_owed(
+        tmp_path, monkeypatch):
+    """Before, an evaluation failure in the make-up evaluation escaped on
+    rank 0 alone (the other ranks then died in their collective), saying
+    nothing of the checkpoint; now it ends every rank as after an
+    iteration, and the next run still owes the evaluation."""
+    import alf.trainers.trainer as trainer_module
+    from alf.trainers.async_evaluator import EvaluationError
+    root, ref = str(tmp_path), [None]
+    _scripted_evaluations(monkeypatch, ref, [1.0] * 20, stop_at=(2, ))
+    with pytest.raises(TrainingInterrupted):  # stopped evaluating at 64
+        _train(root, ref)
+
+    def failing(evaluators, algorithm, should_stop=None):
+        raise EvaluationError("evaluation environment 0's worker died")
+    monkeypatch.setattr(trainer_module, "evaluate_together", failing)
+    with pytest.raises(EvaluationError) as info:
+        _train(root, ref)
+    assert str(info.value) == (
+        f"evaluation environment 0's worker died; the checkpoint at "
+        f"{2 * SPI} env steps (the last complete iteration) is saved, and "
+        "a restart resumes from it"), info.value
+    assert ckpt_steps(root)[-1] == 2 * SPI  # trained nothing after it
+    _scripted_evaluations(monkeypatch, ref, [1.0] * 20)
+    _train(root, ref)
+    steps = read_eval_csv(os.path.join(root, "eval.csv"))["env_steps"]
+    assert steps == [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
+
+
+@pytest.mark.timeout(120)
 def test_the_owed_evaluations_best_holds_the_weights_it_evaluated(
         tmp_path, monkeypatch):
     """Before, best.pt was written after the next iteration, with its
