@@ -351,11 +351,19 @@ class Trainer:
                                 "; the iteration the stop waited for is "
                                 "dropped" if error is CollectionError else "")
             return self._interrupted(sig, path)
-        failed = error(
-            f"{reason}; the checkpoint at {self.env_steps} env steps (the "
-            "last complete iteration) is saved, and a restart resumes from "
-            "it" if self.iteration else f"{reason}; no iteration had "
-            "completed, so no checkpoint was saved")
+        if not self.iteration:
+            failed = error(f"{reason}; no iteration had completed, so no "
+                           "checkpoint was saved")
+        elif self.env_steps >= self.config.num_env_steps:
+            # Training is over: a restart evaluates, and trains nothing.
+            failed = error(f"{reason}; the final checkpoint, at "
+                           f"{self.env_steps} env steps, is saved, and a "
+                           "restart evaluates it")
+        else:
+            failed = error(
+                f"{reason}; the checkpoint at {self.env_steps} env steps "
+                "(the last complete iteration) is saved, and a restart "
+                "resumes from it")
         failed.on_every_rank = True
         return failed
 

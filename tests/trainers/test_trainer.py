@@ -523,6 +523,34 @@ def test_a_failed_owed_evaluation_is_agreed_saved_and_still_owed(
 
 
 @pytest.mark.timeout(120)
+def test_a_failed_final_evaluation_says_a_restart_evaluates_it(
+        tmp_path, monkeypatch):
+    """Before, it said that a restart "resumes" the finished run, which
+    only evaluates."""
+    import alf.trainers.trainer as trainer_module
+    from alf.trainers.async_evaluator import EvaluationError
+    root, ref = str(tmp_path), [None]
+    calls = _scripted_evaluations(monkeypatch, ref, [1.0] * 20)
+    evaluate = trainer_module.evaluate_together
+
+    def failing_last(evaluators, algorithm, should_stop=None):
+        if len(calls) == 3:
+            raise EvaluationError("the evaluator died")
+        return evaluate(evaluators, algorithm, should_stop)
+    monkeypatch.setattr(trainer_module, "evaluate_together", failing_last)
+    with pytest.raises(EvaluationError) as info:
+        _train(root, ref)
+    assert str(info.value) == (
+        f"the evaluator died; the final checkpoint, at {4 * SPI} env "
+        "steps, is saved, and a restart evaluates it"), info.value
+    monkeypatch.setattr(trainer_module, "evaluate_together", evaluate)
+    assert _train(root, ref)["average_return"] == 1.0
+    assert len(calls) == 4  # the final evaluation, and no training
+    steps = read_eval_csv(os.path.join(root, "eval.csv"))["env_steps"]
+    assert steps == [SPI, 2 * SPI, 3 * SPI, 4 * SPI]
+
+
+@pytest.mark.timeout(120)
 def test_the_owed_evaluations_best_holds_the_weights_it_evaluated(
         tmp_path, monkeypatch):
     """Before, best.pt was written after the next iteration, with its
