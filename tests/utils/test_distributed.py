@@ -485,7 +485,8 @@ def test_a_call_order_error_raised_in_backward_is_unwrapped():
             f"ran {method}, while another rank ran a different method, "
             "module or call number; every rank must call the "
             "data-distributed methods of the algorithm and its modules in "
-            "the same order"), said
+            "the same order (and a data_distributed_when condition must "
+            "agree on every rank)"), said
     assert distributed.raised_in_callback(RuntimeError("other")) is None
 
 
@@ -537,6 +538,34 @@ def test_data_distributed_when_condition():
     assert torch.allclose(ddp0, torch.full((1, 2), 1.5))
     assert torch.allclose(local0, torch.full((1, 2), 1.0))
     assert torch.allclose(local1, torch.full((1, 2), 2.0))
+
+
+def _disagreeing_conditions(rank):
+    gin.bind_parameter("make_ddp_performer.find_unused_parameters", False)
+    torch.manual_seed(0)
+    m = Conditional()
+    activate_ddp(m)
+    x = torch.full((1, 2), float(rank + 1))
+    for use in (True, rank == 0, True):  # rank 1 keeps one call local
+        m.use_ddp = use
+        m.zero_grad()
+        try:
+            m.loss(x).backward()
+        except RuntimeError as e:
+            raise distributed.raised_in_callback(e) or e
+    return m.lin.weight.grad.clone()
+
+
+def test_conditions_that_disagree_across_ranks_fail_the_call_order_check():
+    """Before, rank 0's second DDP call paired its gradients with rank
+    1's third call (its second through DDP), silently."""
+    results = run_ranks(_disagreeing_conditions, timeout=60)
+    for r in results:
+        assert not r.ok, r.value
+        assert "call order differs across ranks" in r.value[1], r.value
+    assert ("rank 1, DDP call #2 ran Conditional.loss after 1 call kept out "
+            "of DDP by data_distributed_when," in results[1].value[1]), \
+        results[1].value
 
 
 def _copies(rank):

@@ -124,7 +124,8 @@ def call_order_error(name: str, call: int) -> DistributedError:
         f"call order differs across ranks: on rank {get_rank()}, DDP call "
         f"#{call} ran {name}, while another rank ran a different method, "
         "module or call number; every rank must call the data-distributed "
-        "methods of the algorithm and its modules in the same order")
+        "methods of the algorithm and its modules in the same order (and "
+        "a data_distributed_when condition must agree on every rank)")
 
 
 def call_order_comm_hook(state: CallOrderHook, bucket: dist.GradBucket

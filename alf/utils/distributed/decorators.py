@@ -64,7 +64,10 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
     """Like `data_distributed`, but only when ``cond(module)`` is true.
 
     Args:
-        cond: evaluated on the module at each call; None means always.
+        cond: evaluated on the module at each call; None means always. It
+            must give the same answer on every rank: with the call-order
+            check on (``call_order_check.enabled``), a call it keeps out of
+            DDP on one rank only fails the next DDP call on every rank.
 
     Returns:
         A decorator for a method of an `nn.Module` subclass.
@@ -104,10 +107,15 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                     "averages), not a function")
             state = self.__dict__.get("_alf_ddp")
             if (state is None or not torch.is_grad_enabled()
-                    or not is_distributed() or (cond is not None
-                                                and not cond(self))):
+                    or not is_distributed()):
                 # Without gradients there is nothing to all-reduce, and
                 # evaluation (rank 0 only) must never enter a collective.
+                return method(self, *args, **kwargs)
+            if cond is not None and not cond(self):
+                # Counted into the next DDP call's call-order tag: ranks
+                # whose conditions disagreed fail the check there, instead
+                # of pairing up different calls' gradients.
+                state["shared"]["local"] += 1
                 return method(self, *args, **kwargs)
             shared = state["shared"]
             if shared["active"] is not None:
@@ -173,7 +181,7 @@ def activate_ddp(module: nn.Module) -> None:
     # that two modules called in another order on another rank (whose
     # all-reduces then pair up) fail the check; and the data-distributed
     # call under way, inside which a decorated method runs as part of it.
-    shared = {"calls": 0, "active": None, "root": module}
+    shared = {"calls": 0, "local": 0, "active": None, "root": module}
     for path, sub in module.named_modules():
         sub.__dict__["_alf_ddp"] = _State(
             performer=None, hook=None, shared=shared,
@@ -193,8 +201,12 @@ def activate_ddp(module: nn.Module) -> None:
 
 def _tag_name(state: dict, name: str) -> str:
     """What the call-order check compares: the method and which module of
-    the algorithm ran it (two critics of one class differ)."""
-    return f"{name} of {state['path']}" if state["path"] else name
+    the algorithm ran it (two critics of one class differ), and how many
+    calls `data_distributed_when`'s conditions kept out of DDP so far."""
+    where = f"{name} of {state['path']}" if state["path"] else name
+    local = state["shared"]["local"]
+    return (f"{where} after {local} call{'s' if local > 1 else ''} kept "
+            "out of DDP by data_distributed_when" if local else where)
 
 
 def _where(state: dict) -> str:
