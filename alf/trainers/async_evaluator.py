@@ -236,6 +236,10 @@ class AsyncEvaluator:
         if (self._skip_warned_at is not None and
                 now - self._skip_warned_at < _SKIP_WARNING_SECONDS):
             return
+        self._say_skipped(now)
+
+    def _say_skipped(self, now: float) -> None:
+        """Warns of the skipped evaluations not said yet."""
         steps = self._skipped
         which = (f"evaluation at {steps[0]} env steps" if len(steps) == 1
                  else f"{len(steps)} evaluations, at {steps[0]} to "
@@ -319,6 +323,8 @@ class AsyncEvaluator:
     def close(self) -> None:
         """Stops the evaluator (killing it if it does not stop in time, or
         at once if it is playing an evaluation that is dropped)."""
+        if self._skipped:  # since the last (once a minute) warning
+            self._say_skipped(time.monotonic())
         dropped = [r[0] for r in (self._running, self._waiting) if r]
         if dropped:
             why = ("training stopped before it finished"

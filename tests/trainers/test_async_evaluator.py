@@ -260,6 +260,32 @@ def test_skipped_evaluations_are_said_once_a_minute_with_their_count(
     assert warned[1].startswith("49 evaluations, at 64 to 1600 env steps, "
                                 "skipped"), warned[1]
     assert warned[1].endswith("this is said once a minute at most")
+    # Skips after the last warning are said when the evaluator closes
+    # (before, never).
+    for steps in (1664, 1696):
+        now[0] += 1.0
+        evaluator._skip(steps)
+    assert len(warned) == 2, warned
+
+    class _Gone:
+        pid = os.getpid()
+
+        def is_alive(self):
+            return False
+
+        def join(self, timeout=None):
+            pass
+
+        def send_bytes(self, data):
+            raise OSError("closed")
+
+        def close(self):
+            pass
+    evaluator._running = evaluator._waiting = None
+    evaluator._proc = evaluator._conn = _Gone()
+    evaluator.close()
+    assert len(warned) == 3 and warned[2].startswith(
+        "3 evaluations, at 1632 to 1696 env steps, skipped"), warned
 
 
 @pytest.mark.timeout(120)
