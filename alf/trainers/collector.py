@@ -153,16 +153,22 @@ class SyncCollector:
         self._alg, self._episodes, self._version = algorithm, episodes, version
         self._preemption = preemption
         pids = self._env.worker_pids
+        rank = distributed.get_rank()
+        multi = distributed.get_world_size() > 1
+        owner = f"rank {rank}'s training" if multi else "training"
+
+        def name(i: int) -> str:
+            return f"{owner} environment worker {i} of {len(pids)}"
         if pids:
-            rank = distributed.get_rank()
-            multi = distributed.get_world_size() > 1
-            owner = f"rank {rank}'s training" if multi else "training"
-            self._env.watch(WorkerWatch(
-                pids, lambda i: (f"{owner} environment worker {i} of "
-                                 f"{len(pids)}"), stop_asked or (lambda: False),
-                f"rank {rank}'s unroll cannot come" if multi else None))
+            # The first reset is only named if it hangs: giving it up would
+            # fail the trainer's start, which has no iteration to save.
+            self._env.watch(WorkerWatch(pids, name, lambda: False))
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
                                       .observation)
+        if pids:
+            self._env.watch(WorkerWatch(
+                pids, name, stop_asked or (lambda: False),
+                f"rank {rank}'s unroll cannot come" if multi else None))
 
     def collect(self) -> Dict[str, torch.Tensor]:
         """Collects one unroll into the algorithm; returns summaries."""
