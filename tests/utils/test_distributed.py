@@ -552,7 +552,10 @@ def _disagreeing_conditions(rank):
         try:
             m.loss(x).backward()
         except RuntimeError as e:
-            raise distributed.raised_in_callback(e) or e
+            wrapped = distributed.raised_in_callback(e)
+            if wrapped is None:
+                raise
+            raise wrapped from None
     return m.lin.weight.grad.clone()
 
 
