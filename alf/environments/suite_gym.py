@@ -13,7 +13,7 @@ import inspect
 import re
 import select
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
 import gymnasium as gym
@@ -111,10 +111,18 @@ class EnvironmentWorkerDied(AlfError):
 
     def whose(self, owner: str) -> "EnvironmentWorkerDied":
         """This error, saying whose environments they were (``owner``:
-        "training", "rank 1's training", "evaluation"): the workers are
-        numbered within their own vector environment."""
+        "training", "rank 1's training"): the workers are numbered within
+        their own vector environment."""
         return EnvironmentWorkerDied(re.sub(
             r"\benvironment worker", f"{owner} environment worker", str(self)))
+
+    def renamed(self, name: Callable[[int], str]) -> "EnvironmentWorkerDied":
+        """This error, naming worker ``i`` (of its vector environment)
+        ``name(i)`` (an evaluation's environment, each one its own vector
+        environment: "evaluation environment 3's worker")."""
+        return EnvironmentWorkerDied(re.sub(
+            r"\benvironment worker (\d+) of \d+",
+            lambda m: name(int(m.group(1))), str(self)))
 
 
 # What a pipe to a dead worker raises.

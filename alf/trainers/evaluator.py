@@ -266,10 +266,7 @@ def _evaluate_sets(sets, algorithm, should_stop):
         if seed is not None:
             torch.manual_seed(seed)
         _watch_workers(sets, should_stop)
-        try:
-            played = _play_sets(sets, algorithm, should_stop)
-        except EnvironmentWorkerDied as e:
-            raise e.whose("evaluation") from e
+        played = _play_sets(sets, algorithm, should_stop)
     out = []
     for (evaluator, variants), (returns, lengths, metrics) in zip(sets,
                                                                   played):
@@ -299,18 +296,19 @@ def _watch_workers(sets, should_stop) -> None:
         for i, env in enumerate(evaluator._envs):
             if env.worker_pids:
                 env.watch(WorkerWatch(
-                    env.worker_pids, _worker_name(
-                        f"{'held-out ' if k else ''}evaluation environment "
-                        f"{i}'s worker", len(env.worker_pids)),
+                    env.worker_pids, _worker_name(k, i, env),
                     should_stop or (lambda: False), held,
                     stop_error=EvaluationStopped,
                     give_up_error=EvaluationError))
 
 
-def _worker_name(name: str, n: int) -> Callable[[int], str]:
-    """Names worker ``j`` of an environment's ``n`` (just ``name`` for
-    its only one)."""
-    return lambda j: name if n == 1 else f"{name} {j}"
+def _worker_name(k: int, i: int,
+                 env: BatchedEnvironment) -> Callable[[int], str]:
+    """Names worker ``j`` of environment ``i`` of set ``k`` (0: the
+    evaluation, 1: the held-out one), as its watch and its death say it."""
+    name = f"{'held-out ' if k else ''}evaluation environment {i}'s worker"
+    n = len(env.worker_pids)
+    return lambda j: name if n == 1 else f"{name} {j} of {n}"
 
 
 class _Slot:
@@ -424,7 +422,11 @@ def _play_sets(sets, algorithm, should_stop):
             ready = []
             for future in done:
                 s = pending.pop(future)
-                ts = future.result()  # a failed step raises
+                try:
+                    ts = future.result()  # a failed step raises
+                except EnvironmentWorkerDied as e:
+                    raise e.renamed(_worker_name(
+                        s.k, sets[s.k][0]._envs.index(s.env), s.env)) from e
                 stepped = s.timestep is not None
                 s.timestep = ts
                 if not stepped or record(s, ts):

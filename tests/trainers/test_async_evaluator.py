@@ -315,7 +315,7 @@ def test_a_dead_worker_of_the_evaluators_environments_is_a_failure(
         trainer.train()
     said = str(info.value)
     assert said.startswith("the evaluator process: evaluation environment "
-                           "worker 0 of 1 was killed by SIGKILL"), said
+                           "0's worker was killed by SIGKILL"), said
     assert "the checkpoint at" in said, said
     assert os.listdir(tmp_path / "ckpt"), said
 

@@ -511,8 +511,9 @@ def test_environments_in_subprocesses_outlive_the_build():
 
 @pytest.mark.timeout(120)
 def test_a_killed_worker_is_named_as_the_evaluations():
-    """Its workers count from 0 as the training environments' do: the
-    error says which they were."""
+    """The error says which evaluation environment's worker it was (each
+    environment is a vector environment of its own: "worker 0 of 1" said
+    nothing)."""
     import signal
 
     class Config(_Config):
@@ -524,7 +525,7 @@ def test_a_killed_worker_is_named_as_the_evaluations():
         os.kill(worker.pid, signal.SIGKILL)
         worker.join(10)
         with pytest.raises(suite_gym.EnvironmentWorkerDied, match=(
-                "^evaluation environment worker 0 of 1 was killed by "
+                "^evaluation environment 1's worker was killed by "
                 "SIGKILL")):
             evaluator.evaluate(_FirstObservation())
     finally:

@@ -888,6 +888,6 @@ def test_a_dead_evaluation_worker_costs_no_iteration(tmp_path, monkeypatch):
             async_env=True, eval_interval=2,
             num_env_steps=10 * SPI)).train()
     assert str(info.value).startswith(
-        "evaluation environment worker 0 of 1 was killed by SIGKILL")
+        "evaluation environment 0's worker was killed by SIGKILL")
     assert f"the checkpoint at {2 * SPI} env steps" in str(info.value)
     assert ckpt_steps(str(tmp_path)) == [2 * SPI]
