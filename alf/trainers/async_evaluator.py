@@ -55,6 +55,9 @@ from alf.utils.errors import AlfError, EvaluationError
 # The least time between two warnings of skipped evaluations, and between
 # two of a long wait for one, in seconds.
 _SKIP_WARNING_SECONDS, _WAIT_WARNING_SECONDS = 60.0, 120.0
+# How long an evaluator that other ranks wait for may stay stopped (SIGSTOP)
+# before `AsyncEvaluator.wait` gives it up (as `WorkerWatch`'s least limit).
+_STOPPED_SECONDS = 5.0
 
 #: Sent instead of an evaluation load function that does not pickle (a
 #: gin-scoped ``@held_out/suite_metadrive.load``): the evaluator takes it
@@ -293,20 +296,32 @@ class AsyncEvaluator:
             raise
         return done
 
-    def wait(self, should_stop: Optional[Callable[[], bool]] = None
-             ) -> List[EvalResult]:
+    def wait(self, should_stop: Optional[Callable[[], bool]] = None,
+             held: Optional[str] = None) -> List[EvalResult]:
         """Every evaluation submitted, once finished; or those finished
         when ``should_stop`` says so (checked every 0.1 s: the others stay
         in flight, dropped by `close`).
 
+        Args:
+            should_stop: whether to stop waiting.
+            held: what an evaluator stopped (SIGSTOP, a debugger) holds
+                back, when other ranks wait for this one in a collective
+                ("rank 0's evaluation cannot finish"): the wait then fails
+                once it has been stopped `_STOPPED_SECONDS`, before their
+                collectives time out; None: wait.
+
         Raises:
-            EvaluationError: as `poll`, with `finished_before`.
+            EvaluationError: as `poll`, with `finished_before`; or the
+                evaluator was stopped (``held``).
         """
         done: List[EvalResult] = []
         start = said = time.monotonic()  # said: when the wait was said
+        stopped_since: Optional[float] = None
         while self.busy and not (should_stop and should_stop()):
             try:
                 done += self.poll(timeout=0.1)
+                if held is not None and self.busy:
+                    stopped_since = self._check_stopped(stopped_since, held)
             except AlfError as e:
                 _finished_before(e, done)
                 raise
@@ -319,6 +334,23 @@ class AsyncEvaluator:
                     "evaluator process %s", said - start,
                     " and ".join(map(str, steps)), doing(self._proc.pid))
         return done
+
+    def _check_stopped(self, since: Optional[float], held: str
+                       ) -> Optional[float]:
+        """When the evaluator was first seen stopped in this wait (None:
+        it is not stopped now); raises once it has been `_STOPPED_SECONDS`.
+        """
+        if process.state(self._proc.pid) not in ("T", "t"):
+            return None
+        now = time.monotonic()
+        if since is None:
+            return now
+        if now - since >= _STOPPED_SECONDS:
+            raise EvaluationError(
+                f"the evaluator process {doing(self._proc.pid)}: {held}, "
+                "and the other ranks would wait for it until their "
+                "collectives time out")
+        return since
 
     def close(self) -> None:
         """Stops the evaluator (killing it if it does not stop in time, or

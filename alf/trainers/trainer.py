@@ -616,7 +616,9 @@ class Trainer:
             self._async_eval.submit(self.env_steps,
                                     self.algorithm.acting_state(), kept)
         try:
-            results = self._async_eval.wait(self._stop_asked) if wait else \
+            results = self._async_eval.wait(
+                self._stop_asked, "rank 0's evaluation cannot finish"
+                if self.world_size > 1 else None) if wait else \
                 self._async_eval.poll()
         except AlfError as e:
             # The evaluator failed on a later evaluation than these.

@@ -314,6 +314,41 @@ def test_a_stopped_evaluation_worker_of_rank_0_fails_the_evaluation(
     assert_no_process_left(run.proc.pid)
 
 
+def test_a_stopped_evaluator_of_rank_0_fails_the_last_evaluation(
+        tmp_path):
+    """The other ranks waited in a collective for rank 0, which waited for
+    a stopped asynchronous evaluator's last evaluation, until the
+    collective timed out, nothing saved: now every rank saves."""
+    root = tmp_path / "run"
+    run = _Run(_cmd(root, **{
+        "TrainerConfig.num_env_steps": "16000",
+        "TrainerConfig.async_eval": "True",
+        "TrainerConfig.eval_interval": "5",
+        "TrainerConfig.checkpoint_interval": "1000000",
+        "collective_timeout.seconds": "60"}) + [
+            "--distributed", "multi-process", "--num_processes", "2"])
+    try:
+        assert run.started.wait(120), run.out
+        evaluator = _actors(rank_pids(run.proc.pid)[0])
+        assert len(evaluator) == 1, evaluator
+        os.kill(evaluator[0], signal.SIGSTOP)
+        start = time.time()
+        rc = run.finish(timeout=90)
+        took = time.time() - start
+    finally:
+        run.finish()
+    assert rc == 1, run.out
+    assert took < 45, took  # not the collective's 60 s
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    assert (f"the evaluator process (pid {evaluator[0]}) is stopped (SIGSTOP"
+            in said[0]), said[0]
+    assert ": rank 0's evaluation cannot finish" in said[0], said[0]
+    assert ("the final checkpoint, at 16000 env steps, is saved, and a "
+            "restart evaluates it") in said[0], said[0]
+    assert_no_process_left(run.proc.pid)
+
+
 def test_async_two_processes_train_and_finish(tmp_path):
     root = tmp_path / "run"
     run = _Run(_cmd(root, **dict(ASYNC, **{

@@ -382,3 +382,45 @@ def test_evaluations_finished_before_a_failure_come_with_it(call):
         (64, {"average_return": 9.0}, "kept")], finished
     mine.close()
     theirs.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_that_other_ranks_share_gives_up_a_stopped_evaluator(
+        monkeypatch):
+    """Before, rank 0 waited for a stopped (SIGSTOP) evaluator's last
+    evaluation while the other ranks waited in a collective until it timed
+    out (blaming rank 0, nothing saved)."""
+    import subprocess
+    import sys
+    import time
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; time.sleep(60)"])
+    try:
+        warned, now, evaluator = _unstarted(monkeypatch, 0.0)
+        evaluator._running, evaluator._waiting = (512, None, None), None
+
+        class _Proc:
+            pid = child.pid
+        evaluator._proc = _Proc()
+        polls = []
+
+        def poll(timeout=0.0):
+            polls.append(now[0])
+            if len(polls) == 3:
+                os.kill(child.pid, signal.SIGSTOP)
+                time.sleep(0.5)  # the stop takes effect once scheduled
+            now[0] += 1.0
+            return []
+        evaluator.poll = poll
+        with pytest.raises(EvaluationError) as e:
+            evaluator.wait(held="rank 0's evaluation cannot finish")
+        assert 8 <= len(polls) <= 10, polls  # stopped at 3, 5 s more
+        assert str(e.value) == (
+            f"the evaluator process (pid {child.pid}) is stopped (SIGSTOP or "
+            "a job control stop: SIGCONT resumes it): rank 0's evaluation "
+            "cannot finish, and the other ranks would wait for it until "
+            "their collectives time out"), e.value
+        assert EvaluationError.retryable
+    finally:
+        child.kill()
+        child.wait()
