@@ -566,9 +566,37 @@ def test_conditions_that_disagree_across_ranks_fail_the_call_order_check():
     for r in results:
         assert not r.ok, r.value
         assert "call order differs across ranks" in r.value[1], r.value
-    assert ("rank 1, DDP call #2 ran Conditional.loss after 1 call kept out "
-            "of DDP by data_distributed_when," in results[1].value[1]), \
-        results[1].value
+    assert ("rank 1, DDP call #2 ran Conditional.loss after 1 call of it "
+            "kept out of DDP by data_distributed_when," in
+            results[1].value[1]), results[1].value
+
+
+class _TwoConditional(Conditional):
+    def __init__(self):
+        super().__init__()
+        self.other = Conditional()
+
+
+def _extra_local_calls(rank):
+    torch.manual_seed(0)
+    m = _TwoConditional()
+    activate_ddp(m)
+    x = torch.full((1, 2), float(rank + 1))
+    m.other.use_ddp = False
+    for _ in range(1 + rank):  # another module's local calls: uneven
+        m.other.loss(x).backward()
+    for use in (False, True, False, True):  # this method's: even
+        m.use_ddp = use
+        m.zero_grad()
+        m.loss(x).backward()
+    return m.lin.weight.grad.clone()
+
+
+def test_local_calls_that_ranks_agree_on_pass_the_call_order_check():
+    """Another module trained per rank may be called more often on one
+    rank; a method kept out of DDP alike on every rank is fine too."""
+    g0, g1 = values(run_ranks(_extra_local_calls, timeout=60))
+    assert torch.equal(g0, g1)
 
 
 def _copies(rank):

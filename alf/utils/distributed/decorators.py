@@ -66,8 +66,9 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
     Args:
         cond: evaluated on the module at each call; None means always. It
             must give the same answer on every rank: with the call-order
-            check on (``call_order_check.enabled``), a call it keeps out of
-            DDP on one rank only fails the next DDP call on every rank.
+            check on (``call_order_check.enabled``), a method whose calls
+            kept out of DDP since its last DDP call differ in number across
+            ranks fails its next DDP call on every rank.
 
     Returns:
         A decorator for a method of an `nn.Module` subclass.
@@ -112,10 +113,11 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 # evaluation (rank 0 only) must never enter a collective.
                 return method(self, *args, **kwargs)
             if cond is not None and not cond(self):
-                # Counted into the next DDP call's call-order tag: ranks
-                # whose conditions disagreed fail the check there, instead
-                # of pairing up different calls' gradients.
-                state["shared"]["local"] += 1
+                # Counted into this method's next DDP call's call-order
+                # tag: ranks whose conditions disagreed fail the check
+                # there, instead of pairing up different calls' gradients.
+                local = state["local"]
+                local[name] = local.get(name, 0) + 1
                 return method(self, *args, **kwargs)
             shared = state["shared"]
             if shared["active"] is not None:
@@ -130,9 +132,13 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
             shared["calls"] += 1
             if state["hook"] is not None:
                 state["hook"].tag(_tag_name(state, name), shared["calls"])
-            if performer.alf_auto_unused and name not in state["checked"]:
-                return _first_call(self, state, name, method, args, kwargs)
-            return _perform(self, state, name, method, *args, **kwargs)
+            try:
+                if performer.alf_auto_unused and name not in state["checked"]:
+                    return _first_call(self, state, name, method, args,
+                                       kwargs)
+                return _perform(self, state, name, method, *args, **kwargs)
+            finally:
+                state["local"].pop(name, None)  # counted since this call
 
         wrapper._alf_data_distributed = True
         return wrapper
@@ -181,7 +187,7 @@ def activate_ddp(module: nn.Module) -> None:
     # that two modules called in another order on another rank (whose
     # all-reduces then pair up) fail the check; and the data-distributed
     # call under way, inside which a decorated method runs as part of it.
-    shared = {"calls": 0, "local": 0, "active": None, "root": module}
+    shared = {"calls": 0, "active": None, "root": module}
     for path, sub in module.named_modules():
         sub.__dict__["_alf_ddp"] = _State(
             performer=None, hook=None, shared=shared,
@@ -191,6 +197,9 @@ def activate_ddp(module: nn.Module) -> None:
             # ('auto'), and those of them (in order) that need DDP's search
             checked=set(), needs_search={},
             first_calls=unused_parameters.FirstCalls(),
+            # method -> its calls kept out of DDP (data_distributed_when)
+            # since its last DDP call
+            local={},
             last=None)  # the last method called through DDP
     tensors = [t for _, t in synced_state(module)]
     with torch.no_grad():
@@ -201,12 +210,14 @@ def activate_ddp(module: nn.Module) -> None:
 
 def _tag_name(state: dict, name: str) -> str:
     """What the call-order check compares: the method and which module of
-    the algorithm ran it (two critics of one class differ), and how many
-    calls `data_distributed_when`'s conditions kept out of DDP so far."""
+    the algorithm ran it (two critics of one class differ), and how many of
+    its calls its `data_distributed_when` condition kept out of DDP since
+    its last DDP call (other methods' local calls, which enter no
+    collective, may differ across ranks)."""
     where = f"{name} of {state['path']}" if state["path"] else name
-    local = state["shared"]["local"]
-    return (f"{where} after {local} call{'s' if local > 1 else ''} kept "
-            "out of DDP by data_distributed_when" if local else where)
+    local = state["local"].get(name, 0)
+    return (f"{where} after {local} call{'s' if local > 1 else ''} of it "
+            "kept out of DDP by data_distributed_when" if local else where)
 
 
 def _where(state: dict) -> str:
