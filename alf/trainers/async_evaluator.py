@@ -45,7 +45,7 @@ from absl import logging
 from alf.trainers.actor import (adopt_config, decode, encode,
                                 raise_reported, report_error, skip_shutdown)
 from alf.trainers.calibration import Calibration
-from alf.trainers.stall_watch import doing
+from alf.trainers.stall_watch import STOP_CHECK_GAP, doing
 from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
@@ -317,10 +317,17 @@ class AsyncEvaluator:
         done: List[EvalResult] = []
         start = said = time.monotonic()  # said: when the wait was said
         stopped_since: Optional[float] = None
+        checked = start  # when the evaluator's state was last read
         while self.busy and not (should_stop and should_stop()):
             try:
                 done += self.poll(timeout=0.1)
                 if held is not None and self.busy:
+                    now = time.monotonic()
+                    if now - checked > STOP_CHECK_GAP:
+                        # This process was stopped too (a whole job's
+                        # suspend): count afresh.
+                        stopped_since = None
+                    checked = now
                     stopped_since = self._check_stopped(stopped_since, held)
             except AlfError as e:
                 _finished_before(e, done)

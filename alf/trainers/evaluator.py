@@ -1,5 +1,6 @@
 """Evaluation episodes and the ``eval.csv`` log."""
 import concurrent.futures
+import contextlib
 import csv
 import math
 import os
@@ -17,7 +18,6 @@ from alf.environments.batched import BatchedEnvironment, check_environment
 from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers import seeds
 from alf.trainers.stall_watch import WorkerWatch
-from alf.utils import distributed
 from alf.utils.errors import EvaluationError
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
@@ -283,15 +283,32 @@ def _evaluate_sets(sets, algorithm, should_stop):
     return out
 
 
+@contextlib.contextmanager
+def waited_for(held: Optional[str]):
+    """Within it, the evaluations of this process hold back ``held``
+    ("rank 0's evaluation cannot finish": other ranks wait for it in a
+    collective), so that a step a stopped worker (SIGSTOP) holds is given
+    up (`EvaluationError`) before their collectives time out; None: nobody
+    waits (the default)."""
+    global _held
+    before, _held = _held, held
+    try:
+        yield
+    finally:
+        _held = before
+
+
+# What this process's evaluations hold back (`waited_for`).
+_held: Optional[str] = None
+
+
 def _watch_workers(sets, should_stop) -> None:
     """Has every environment of ``sets`` whose worker a step waits for
     name one that hangs, give a step up once a stop has waited for it
-    (`EvaluationStopped`), and, in a multi-rank run (the other ranks wait
-    in a collective), give up one that a stopped worker (SIGSTOP) holds
-    (`EvaluationError`): a step waiting in a pipe would hold them all."""
-    multi = distributed.get_world_size() > 1
-    held = (f"rank {distributed.get_rank()}'s evaluation cannot finish"
-            if multi else None)
+    (`EvaluationStopped`), and, within `waited_for`, give up one that a
+    stopped worker (SIGSTOP) holds (`EvaluationError`): a step waiting in
+    a pipe would hold the other ranks too."""
+    held = _held
     for k, (evaluator, _) in enumerate(sets):
         for i, env in enumerate(evaluator._envs):
             if env.worker_pids:

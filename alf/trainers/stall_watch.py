@@ -61,6 +61,9 @@ class StallWatch:
         self.restart()
         self._longest = 0.0
         self._warned_at: Optional[float] = None
+        # `stopped`'s last call, and since when it saw each actor stopped.
+        self._stop_checked: Optional[float] = None
+        self._stopped_since: Dict[int, float] = {}
 
     @property
     def limit(self) -> float:
@@ -77,12 +80,25 @@ class StallWatch:
                 seconds: float) -> List[str]:
         """`silent`'s lines, if one of the actors of ``waiting_for`` silent
         for ``seconds`` is stopped (SIGSTOP, a debugger): it cannot send
-        until someone resumes it."""
+        until someone resumes it. Stopped means seen stopped by calls at
+        most `STOP_CHECK_GAP` apart for `STOP_CONFIRM` seconds: a job
+        suspended as a whole may resume this process a moment before the
+        actor, and a call after a longer gap (this process was stopped
+        too) starts counting afresh."""
         now = self._clock()
-        if any(now - self._heard[i] >= seconds and
-               process.state(self._pids[i]) in ("T", "t") for i in waiting_for):
-            return self.silent(waiting_for, seconds)
-        return []
+        if (self._stop_checked is None or
+                now - self._stop_checked > STOP_CHECK_GAP):
+            self._stopped_since = {}
+        self._stop_checked = now
+        confirmed = False
+        for i in waiting_for:
+            if (now - self._heard[i] >= seconds and
+                    process.state(self._pids[i]) in ("T", "t")):
+                since = self._stopped_since.setdefault(i, now)
+                confirmed = confirmed or now - since >= STOP_CONFIRM
+            else:
+                self._stopped_since.pop(i, None)
+        return self.silent(waiting_for, seconds) if confirmed else []
 
     def heard(self, actor: int) -> None:
         """Actor ``actor`` sent something."""
@@ -144,6 +160,9 @@ class StallWatch:
 _NAMED = 3
 # The least silence reported (`StallWatch.limit`), in seconds.
 STALL_SECONDS = 120.0
+# `StallWatch.stopped`: how long a process must be seen stopped, by checks
+# at most how far apart (seconds).
+STOP_CONFIRM, STOP_CHECK_GAP = 1.0, 3.0
 
 
 def doing(pid: Optional[int]) -> str:

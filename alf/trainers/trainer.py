@@ -35,8 +35,8 @@ from alf.trainers.collector import (AsyncCollector, CollectionError,
                                    CollectionStopped, SyncCollector)
 from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.evaluator import (EvaluationStopped, Evaluator,
-                                    evaluate_together,
-                                    make_evaluator)
+                                    evaluate_together, make_evaluator,
+                                    waited_for)
 from alf.trainers.preemption import Preemption, make_preemption
 from alf.trainers.reporting import Reporter
 from alf.trainers.run_lock import RunLock
@@ -549,7 +549,8 @@ class Trainer:
         # As a resume does: eval.csv's row may come from other bindings.
         self._run_state.save_operative_config(self.env_steps)
         self._reporter.open(self.env_steps)
-        result = self._evaluate(True, True)
+        # The other ranks have returned: nothing waits for it.
+        result = self._evaluate(True, True, others_wait=False)
         if self._owes_evaluation():  # stopped
             raise KeyboardInterrupt
         self._save()  # again if the evaluation calibrated
@@ -564,16 +565,21 @@ class Trainer:
                 self._reporter is not None and
                 not self._reporter.evaluated(self.env_steps))
 
-    def _evaluate(self, due: bool, wait: bool) -> Dict[str, float]:
+    def _evaluate(self, due: bool, wait: bool,
+                  others_wait: bool = True) -> Dict[str, float]:
         """Rank 0 evaluates (never calling a collective) when one is
         ``due``, or records the asynchronous evaluations that finished
         (with ``wait``, all of them, unless a stop comes first); returns
         the last evaluation's metrics recorded now ({} on the other ranks,
-        or if none)."""
+        or if none). With ``others_wait`` (the other ranks, if any, wait
+        for it in a collective), one that a stopped helper holds back is
+        given up (`EvaluationError`) before their collectives time out."""
         if not self.is_chief:
             return {}
+        held = ("rank 0's evaluation cannot finish"
+                if others_wait and self.world_size > 1 else None)
         if self._async_eval is not None:
-            return self._evaluate_async(due, wait)
+            return self._evaluate_async(due, wait, held)
         if not due:
             return {}
         # All built by `_build` (the evaluator on the chief only).
@@ -582,7 +588,7 @@ class Trainer:
         evaluators = [self._evaluator] + (
             [] if self._held_out is None else [self._held_out])
         try:
-            with self._reporter.evaluation_time():
+            with self._reporter.evaluation_time(), waited_for(held):
                 calibration = (None if self._calibrator is None else
                                self._calibrator.calibrate(self.algorithm,
                                                           self._stop_asked))
@@ -606,7 +612,8 @@ class Trainer:
         evaluates it first."""
         return bool(self._stop_requests.signal)
 
-    def _evaluate_async(self, due: bool, wait: bool) -> Dict[str, float]:
+    def _evaluate_async(self, due: bool, wait: bool,
+                        held: Optional[str]) -> Dict[str, float]:
         assert (self._async_eval is not None and self.algorithm is not None
                 and self._run_state is not None)
         if due:
@@ -616,10 +623,8 @@ class Trainer:
             self._async_eval.submit(self.env_steps,
                                     self.algorithm.acting_state(), kept)
         try:
-            results = self._async_eval.wait(
-                self._stop_asked, "rank 0's evaluation cannot finish"
-                if self.world_size > 1 else None) if wait else \
-                self._async_eval.poll()
+            results = self._async_eval.wait(self._stop_asked, held) \
+                if wait else self._async_eval.poll()
         except AlfError as e:
             # The evaluator failed on a later evaluation than these.
             for r in finished_before(e):

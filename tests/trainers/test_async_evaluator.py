@@ -211,9 +211,9 @@ def test_a_stop_abandons_the_wait_for_the_last_evaluation(tmp_path,
         num_env_steps=2 * SPI))
     wait = AsyncEvaluator.wait
 
-    def stopping(self, should_stop=None):
+    def stopping(self, should_stop=None, held=None):
         trainer.request_stop()
-        return wait(self, should_stop)
+        return wait(self, should_stop, held)
 
     monkeypatch.setattr(AsyncEvaluator, "wait", stopping)
     start = time.perf_counter()
