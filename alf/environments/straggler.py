@@ -25,14 +25,14 @@ steps' delay, from a generator seeded by the reset's seed.
 """
 import os
 import time
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
 import torch
 
 from alf.data_structures import TimeStep
-from alf.environments.batched import BatchedEnvironment
+from alf.environments.batched import BatchedEnvironment, StepWatch
 from alf.utils import distributed
 from alf.utils.errors import ConfigError
 
@@ -122,6 +122,15 @@ class SlowedEnvironment(BatchedEnvironment):
     def episode_info(self) -> Tuple[str, ...]:
         """The wrapped environments' metric names."""
         return self._env.episode_info
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """The wrapped environments' workers."""
+        return self._env.worker_pids
+
+    def watch(self, watch: Optional[StepWatch]) -> None:
+        """Watches the wrapped environments' workers."""
+        self._env.watch(watch)
 
     def render(self) -> np.ndarray:
         """The wrapped environments' frame."""

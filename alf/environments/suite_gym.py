@@ -286,7 +286,15 @@ class GymEnvironment(BatchedEnvironment):
 
     def _call(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the vector env; a worker that died
-        (its pipe broke) is an `EnvironmentWorkerDied` naming it."""
+        (its pipe broke) is an `EnvironmentWorkerDied` naming it.
+
+        Raises:
+            AlfError: a worker of these environments died, or a step was
+                given up (`watch`), before: they can only be closed.
+        """
+        if self._dead:
+            raise AlfError("these environments lost a worker, or a step of "
+                           "theirs was given up: they can only be closed")
         try:
             return fn(*args, **kwargs)
         except _DEAD_PIPE as e:

@@ -161,7 +161,8 @@ class SyncCollector:
             return f"{owner} environment worker {i} of {len(pids)}"
         if pids:
             # The first reset is only named if it hangs: giving it up would
-            # fail the trainer's start, which has no iteration to save.
+            # fail the trainer's start, before the iterations whose failures
+            # the ranks agree on and save for.
             self._env.watch(WorkerWatch(pids, name, lambda: False))
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
                                       .observation)

@@ -29,9 +29,10 @@ _STOP_POLL = 1.0
 
 
 class EvaluationStopped(Exception):
-    """An evaluation abandoned between steps because training was asked to
-    stop (``should_stop``); nothing of it is recorded. Its message, if any,
-    says why a step was not waited for."""
+    """An evaluation abandoned because training was asked to stop
+    (``should_stop``): between steps, or during a step that a hung worker
+    held past the stop (its message then names the worker); nothing of it
+    is recorded."""
 
 
 def make_evaluator(cfg, load_fn,
@@ -190,7 +191,9 @@ class Evaluator:
         training's RNG is left alone.
 
         Raises:
-            EvaluationStopped: ``should_stop()`` turned true between steps.
+            EvaluationStopped: ``should_stop()`` turned true.
+            EvaluationError: within `waited_for`, a stopped worker (SIGSTOP)
+                held a step back.
         """
         return evaluate_together([self], algorithm, should_stop)[0]
 
@@ -220,8 +223,9 @@ def evaluate_together(evaluators: Sequence[Evaluator],
 
     Raises:
         ValueError: the evaluators disagree on ``deterministic``.
-        EvaluationStopped: ``should_stop()`` (asked between steps) turned
-            true.
+        EvaluationStopped: ``should_stop()`` turned true.
+        EvaluationError: within `waited_for`, a stopped worker (SIGSTOP)
+            held a step back.
     """
     return [out[0] for out in _evaluate_sets(
         [(e, [None]) for e in evaluators], algorithm, should_stop)]
@@ -245,8 +249,9 @@ def evaluate_variants(evaluator: Evaluator, algorithm: RLAlgorithm,
     itself.
 
     Raises:
-        EvaluationStopped: ``should_stop()`` (asked between steps) turned
-            true.
+        EvaluationStopped: ``should_stop()`` turned true.
+        EvaluationError: within `waited_for`, a stopped worker (SIGSTOP)
+            held a step back.
     """
     return _evaluate_sets([(evaluator, list(variants))], algorithm,
                           should_stop)[0]

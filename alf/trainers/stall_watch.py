@@ -47,14 +47,18 @@ class StallWatch:
         servers: the process ids of those the actors wait on (inference
             workers), named by ``name(len(pids) + j)``: one of them that is
             stopped or stuck is named beside the silent actors.
+        waiting_for: what the warnings say is waited for.
+        noun: what the watched processes are, in the plural.
     """
 
     def __init__(self, pids: List[Optional[int]], name: Callable[[int], str],
                  min_seconds: float = 120.0, factor: float = 3.0,
                  stop_seconds: float = 5.0,
                  clock: Callable[[], float] = time.monotonic,
-                 servers: Sequence[Optional[int]] = ()):
+                 servers: Sequence[Optional[int]] = (),
+                 waiting_for: str = "an unroll", noun: str = "actors"):
         self._pids, self._name, self._servers = pids, name, list(servers)
+        self._waiting_for, self._noun = waiting_for, noun
         self._min, self._factor, self._clock = min_seconds, factor, clock
         self._stop_min = stop_seconds
         self._heard: Dict[int, float] = dict.fromkeys(range(len(pids)), 0.0)
@@ -126,7 +130,8 @@ class StallWatch:
         if lines:
             self._warned_at = now
             for line in lines:
-                logging.warning("waiting for an unroll: %s", line)
+                logging.warning("waiting for %s: %s", self._waiting_for,
+                                line)
         return lines
 
     def silent(self, waiting_for: Iterable[int],
@@ -144,8 +149,8 @@ class StallWatch:
                          f"{now - self._heard[i]:.0f} s; its process (pid "
                          f"{pid}) {_how(process.state(pid))}")
         if len(silent) > _NAMED:
-            lines.append(f"{len(silent) - _NAMED} more actors have sent "
-                         f"nothing for {seconds:.0f} s or more")
+            lines.append(f"{len(silent) - _NAMED} more {self._noun} have "
+                         f"sent nothing for {seconds:.0f} s or more")
         if lines:  # and what they may be waiting on, if it is stuck
             n = len(self._pids)
             for j, pid in enumerate(self._servers):
@@ -193,7 +198,8 @@ class WorkerWatch(StepWatch):
         name: names worker ``i`` ("training environment worker 0 of 2").
         stop_asked: whether a stop was asked for.
         held: what a stopped worker holds back, in a multi-rank run
-            ("rank 1's unroll cannot come"); None: give up nothing.
+            ("rank 1's unroll cannot come"); None: never give a step up
+            for a stopped worker (a stop still gives it up).
         stop_error: the error of a step given up after a stop.
         give_up_error: the error of a step given up for a stopped worker.
         clock: seconds (a test's); the steps' own durations come from the
@@ -206,7 +212,9 @@ class WorkerWatch(StepWatch):
                  give_up_error: Callable[[str], BaseException] = (
                      CollectionError),
                  clock: Callable[[], float] = time.monotonic):
-        self._stall = StallWatch(list(pids), name, STALL_SECONDS, clock=clock)
+        self._stall = StallWatch(list(pids), name, STALL_SECONDS, clock=clock,
+                                 waiting_for="a step of the environments",
+                                 noun="workers")
         self._stop_asked, self._held, self._clock = stop_asked, held, clock
         self._stop_error, self._give_up_error = stop_error, give_up_error
         self._new_step = True  # the next `waiting` is a new step's first
@@ -234,7 +242,7 @@ class WorkerWatch(StepWatch):
             self._stop_seen = self._stop_seen or now
             if now - self._stop_seen > limit:
                 raise self._stop_error("; ".join(
-                    [f"the environments' step did not come within "
-                     f"{limit:.0f} s of the stop (twice the slowest step "
+                    [f"the environments' step (or reset) did not come "
+                     f"within {limit:.0f} s of the stop (twice the slowest "
                      "so far, at least 5 s)"] +
                     self._stall.silent(workers, limit)))

@@ -537,6 +537,8 @@ class Trainer:
                                     EvaluationError)
             if stop:
                 raise KeyboardInterrupt
+        elif failure is not None:  # (a fresh run owes nothing)
+            raise _HelperFailed(failure, EvaluationError)
         return result
 
     def _evaluate_finished_run(self) -> Dict[str, float]:

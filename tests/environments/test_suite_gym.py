@@ -445,6 +445,8 @@ def test_a_watched_step_names_a_stopped_worker_and_closes_once_given_up(
     assert 1.5 < time.time() - start < 10
     assert [w for w, _ in watch.waiting_calls] == [[1], [1]]
     assert 0.9 < watch.waiting_calls[0][1] < watch.waiting_calls[1][1]
+    with pytest.raises(AlfError, match="they can only be closed"):
+        env.step(action)  # its answers may still come: not reusable
     workers = list(env._env.processes)
     start = time.time()
     env.close()
@@ -460,3 +462,17 @@ def test_in_process_environments_have_no_workers_to_watch(envs):
     env.reset(seed=0)
     env.step(torch.zeros(2, dtype=torch.long))
     assert watch.steps == []
+
+
+@pytest.mark.timeout(60)
+def test_a_slowed_environment_is_watched_through(envs):
+    """The straggler wrapper forwards its workers: the watch was lost."""
+    from alf.environments.straggler import SlowedEnvironment
+    inner = envs("CartPole-v1", num_envs=2, asynchronous=True)
+    slowed = SlowedEnvironment(inner, 1.0)
+    assert slowed.worker_pids == inner.worker_pids and slowed.worker_pids
+    watch = _Recorder()
+    slowed.watch(watch)
+    slowed.reset(seed=0)
+    slowed.step(torch.zeros(2, dtype=torch.long))
+    assert len(watch.steps) == 2

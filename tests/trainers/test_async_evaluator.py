@@ -424,3 +424,29 @@ def test_a_wait_that_other_ranks_share_gives_up_a_stopped_evaluator(
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.timeout(120)
+def test_the_trainer_records_what_finished_before_the_evaluator_failed(
+        tmp_path, monkeypatch):
+    from alf.trainers.async_evaluator import EvalResult, _finished_before
+    poll = AsyncEvaluator.poll
+    calls = []
+
+    def failing_poll(self, timeout=0.0):
+        if not self._ready:  # `wait_ready`'s, before any evaluation
+            return poll(self, timeout)
+        calls.append(1)
+        if len(calls) < 2:
+            return poll(self, timeout)
+        error = EvaluationError("the evaluator process died")
+        _finished_before(error, [EvalResult(
+            7, {"average_return": 3.0, "average_episode_length": 3.0}, None,
+            None, None)])
+        raise error
+    monkeypatch.setattr(AsyncEvaluator, "poll", failing_poll)
+    with pytest.raises(EvaluationError, match="the evaluator process died"):
+        Trainer(str(tmp_path), config=_config(
+            async_eval=True, held_out_env_load_fn=None)).train()
+    assert 7 in _rows(str(tmp_path))["env_steps"]
+    assert not mp.active_children()

@@ -619,7 +619,8 @@ def test_a_stop_gives_up_a_step_that_a_stopped_worker_holds():
                                should_stop=lambda: time.time() > asked)
         assert time.time() - asked < 15
         assert str(e.value).startswith(
-            "the environments' step did not come within 5 s of the stop"), e
+            "the environments' step (or reset) did not come within 5 s of "
+            "the stop"), e
         assert ("evaluation environment 1's worker has sent nothing for "
                 in str(e.value)), e
         assert f"(pid {workers[1].pid}) is stopped (SIGSTOP" in str(e.value)

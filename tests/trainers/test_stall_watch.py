@@ -150,19 +150,20 @@ def test_a_worker_watch_warns_past_the_limit_and_gives_up_after_a_stop(
     watch.waiting([1], 1.0)  # a step that began at 999
     clock.now = 1118.0
     watch.waiting([1], 119.0)
-    assert "waiting for an unroll" not in caplog.text
+    assert "waiting for a step" not in caplog.text
     clock.now = 1122.0
     watch.waiting([1], 123.0)
-    assert ("training environment worker 1 of 2 has sent nothing for "
-            "123 s") in caplog.text, caplog.text
+    assert ("waiting for a step of the environments: training environment "
+            "worker 1 of 2 has sent nothing for 123 s") in caplog.text, \
+        caplog.text
     stop[0] = True
     watch.waiting([1], 123.0)  # the stop is seen now
     clock.now = 1201.0
     watch.waiting([1], 202.0)  # 79 s after it: not yet
     clock.now = 1203.0
     with pytest.raises(CollectionStopped, match=re.escape(
-            "the environments' step did not come within 80 s of the stop "
-            "(twice the slowest step so far, at least 5 s); training "
+            "the environments' step (or reset) did not come within 80 s of "
+            "the stop (twice the slowest so far, at least 5 s); training "
             "environment worker 1 of 2 has sent nothing for 204 s")):
         watch.waiting([1], 204.0)
     # A step that came counts afresh: a stop waits for the next one anew.
