@@ -45,7 +45,7 @@ from absl import logging
 from alf.trainers.actor import (adopt_config, decode, encode,
                                 raise_reported, report_error, skip_shutdown)
 from alf.trainers.calibration import Calibration
-from alf.trainers.stall_watch import STOP_CHECK_GAP, doing
+from alf.trainers.stall_watch import STOP_CHECK_GAP, doing, held_back
 from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
@@ -353,10 +353,8 @@ class AsyncEvaluator:
         if since is None:
             return now
         if now - since >= _STOPPED_SECONDS:
-            raise EvaluationError(
-                f"the evaluator process {doing(self._proc.pid)}: {held}, "
-                "and the other ranks would wait for it until their "
-                "collectives time out")
+            raise EvaluationError(held_back(
+                f"the evaluator process {doing(self._proc.pid)}", held))
         return since
 
     def close(self) -> None:

@@ -64,7 +64,8 @@ from alf.trainers.episode_stats import EpisodeStats
 from alf.trainers.inference_worker import inference_main
 from alf.trainers.preemption import Preemption
 from alf.trainers.seeds import actor_torch_seed
-from alf.trainers.stall_watch import STALL_SECONDS, StallWatch, WorkerWatch
+from alf.trainers.stall_watch import (STALL_SECONDS, StallWatch,
+                                      WorkerWatch, held_back, stop_waited)
 from alf.utils import distributed, process
 # The collection errors are importable from here too (defined here first).
 from alf.utils.errors import (CollectionError, CollectionStopped,
@@ -546,19 +547,17 @@ class AsyncCollector:
         stopped = self._watch.stopped(self._waiting_for(received),
                                       self._watch.stop_limit)
         if stopped:
-            raise CollectionError(
-                "; ".join(stopped) + f": rank {distributed.get_rank()}'s "
-                "unroll cannot come, and the other ranks would wait for it "
-                "until their collectives time out")
+            raise CollectionError(held_back(
+                "; ".join(stopped),
+                f"rank {distributed.get_rank()}'s unroll cannot come"))
 
     def _stopped_waiting(self, received: dict) -> NoReturn:
         """Ends the wait for an unroll that a stop has waited for long
         enough: the actors that hold it back are named."""
         limit = self._watch.stop_limit
         silent = self._watch.silent(self._waiting_for(received), limit)
-        raise CollectionStopped("; ".join(
-            [f"the unroll did not come within {limit:.0f} s of the stop "
-             "(twice the slowest so far, at least 5 s)"] + silent))
+        raise CollectionStopped("; ".join([stop_waited("the unroll", limit)]
+                                          + silent))
 
     def _waiting_for(self, received: dict) -> range | list:
         """The actors whose part of the unroll has not come: those without

@@ -234,15 +234,26 @@ class WorkerWatch(StepWatch):
         if self._held is not None and seconds > limit:
             stopped = self._stall.stopped(workers, limit)
             if stopped:
-                raise self._give_up_error(
-                    "; ".join(stopped) + f": {self._held}, and the other "
-                    "ranks would wait for it until their collectives time "
-                    "out")
+                raise self._give_up_error(held_back("; ".join(stopped),
+                                                    self._held))
         if self._stop_asked():
             self._stop_seen = self._stop_seen or now
             if now - self._stop_seen > limit:
                 raise self._stop_error("; ".join(
-                    [f"the environments' step (or reset) did not come "
-                     f"within {limit:.0f} s of the stop (twice the slowest "
-                     "so far, at least 5 s)"] +
-                    self._stall.silent(workers, limit)))
+                    [stop_waited("the environments' step (or reset)",
+                                 limit)] + self._stall.silent(workers, limit)))
+
+
+def held_back(why: str, held: str) -> str:
+    """The error of a wait given up because a stopped helper (``why``)
+    holds back ``held`` ("rank 1's unroll cannot come"), which other ranks
+    wait for in a collective."""
+    return (f"{why}: {held}, and the other ranks would wait for it until "
+            "their collectives time out")
+
+
+def stop_waited(what: str, limit: float) -> str:
+    """The error of a wait for ``what`` given up ``limit`` seconds after a
+    stop (`StallWatch.stop_limit`)."""
+    return (f"{what} did not come within {limit:.0f} s of the stop (twice "
+            "the slowest so far, at least 5 s)")
