@@ -133,17 +133,14 @@ def test_an_actor_killed_in_rank_1_ends_both_ranks_after_rank_0_saves(
     assert "of rank 1" in run.out, run.out
 
 
-def test_a_stop_ends_a_wait_for_a_stopped_actor_of_rank_1(tmp_path):
-    """A hung actor (SIGSTOP) held the run past a scheduler's SIGTERM
-    until its grace ran out, without a checkpoint: now both ranks save
-    the last complete iteration and exit as stopped."""
-    root = tmp_path / "run"
-    run = _Run(_two_ranks(root, ASYNC))
+def _a_stop_ends_the_wait_for_a_stopped_helper(run, root, find, said):
+    """Stops (SIGSTOP) the helper process ``find(launcher pid)`` once
+    ``run`` trains, then stops the run (SIGTERM); asserts that it exits as
+    stopped, promptly, having saved once, the log holding each of
+    ``said``."""
     try:
         assert run.started.wait(120), run.out
-        actors = _actors(rank_pids(run.proc.pid)[1])
-        assert actors, run.out
-        os.kill(actors[0], signal.SIGSTOP)
+        os.kill(find(run.proc.pid), signal.SIGSTOP)
         time.sleep(1.0)
         run.proc.send_signal(signal.SIGTERM)
         start = time.time()
@@ -154,40 +151,21 @@ def test_a_stop_ends_a_wait_for_a_stopped_actor_of_rank_1(tmp_path):
     assert rc == 143, run.out
     assert took < 45, took
     assert "stopped at" in run.out and "Traceback" not in run.out, run.out
-    assert "actor 0 (environment 0 of rank 1) has sent nothing" in run.out
-    ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
-    assert len(ckpts) == 1, run.out
-    assert_no_process_left(run.proc.pid)
-
-
-def test_a_stopped_actor_of_rank_1_fails_its_unroll_before_the_timeout(
-        tmp_path):
-    """Without a stop, the other ranks would wait for rank 1 in their
-    next collective until it timed out ('rank 1 stopped answering',
-    nothing saved): rank 1 gives up an unroll that a stopped actor holds
-    back, and they save."""
-    root = tmp_path / "run"
-    run = _Run(_two_ranks(root, dict(ASYNC, **{
-        "collective_timeout.seconds": "20"})))
-    try:
-        assert run.started.wait(120), run.out
-        actors = _actors(rank_pids(run.proc.pid)[1])
-        assert actors, run.out
-        os.kill(actors[0], signal.SIGSTOP)
-        rc = run.finish(timeout=90)
-    finally:
-        run.finish()
-    assert rc == 1, run.out
-    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
-    assert len(said) == 1, run.out
-    assert "actor 0 (environment 0 of rank 1) has sent nothing" in said[0]
-    assert ("is stopped (SIGSTOP or a job control stop: SIGCONT resumes "
-            "it): rank 1's unroll cannot come, and the other ranks would "
-            "wait for it until their collectives time out") in said[0], \
-        said[0]
-    assert "is saved, and a restart resumes from it" in said[0], said[0]
+    for part in said:
+        assert part in run.out, (part, run.out)
     assert len(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))) == 1, run.out
     assert_no_process_left(run.proc.pid)
+
+
+def test_a_stop_ends_a_wait_for_a_stopped_actor_of_rank_1(tmp_path):
+    """A hung actor (SIGSTOP) held the run past a scheduler's SIGTERM
+    until its grace ran out, without a checkpoint: now both ranks save
+    the last complete iteration and exit as stopped."""
+    root = tmp_path / "run"
+    _a_stop_ends_the_wait_for_a_stopped_helper(
+        _Run(_two_ranks(root, ASYNC)), root,
+        lambda launcher: _actors(rank_pids(launcher)[1])[0],
+        ["actor 0 (environment 0 of rank 1) has sent nothing"])
 
 
 def test_a_killed_environment_worker_of_rank_1_saves_the_iteration_too(
@@ -222,33 +200,64 @@ def test_a_stop_ends_a_lock_step_wait_for_a_stopped_environment_worker(
     environment worker past a scheduler's SIGTERM, until a second signal,
     without a checkpoint: now it saves the last complete iteration."""
     root = tmp_path / "run"
-    run = _Run(_cmd(root, **dict(LOCK_STEP_WORKERS, **{
-        "TrainerConfig.num_env_steps": "10000000",
-        "TrainerConfig.checkpoint_interval": "1000000"})))
+    # The training environments' workers start first (the evaluation
+    # environments' next).
+    _a_stop_ends_the_wait_for_a_stopped_helper(
+        _Run(_cmd(root, **dict(LOCK_STEP_WORKERS, **{
+            "TrainerConfig.num_env_steps": "10000000",
+            "TrainerConfig.checkpoint_interval": "1000000"}))), root,
+        lambda launcher: sorted(_actors(launcher))[0],
+        ["the environments' step (or reset) did not come within 5 s of "
+         "the stop", "training environment worker 0 of 2 has sent nothing "
+         "for"])
+
+
+def _stopped_helper_fails_the_run(run, root, find, said_parts):
+    """Stops (SIGSTOP) the helper process ``find(launcher pid)`` once
+    ``run`` (2 ranks, collectives timing out after 60 s) trains; asserts
+    that the run then fails before its collectives time out, every rank
+    having saved, in one line holding each of ``said_parts`` (formatted
+    with the helper's ``pid``)."""
     try:
-        assert run.started.wait(90), run.out
-        # The training environments' workers start first (the evaluation
-        # environments' next).
-        workers = sorted(_actors(run.proc.pid))
-        assert len(workers) >= 2, workers
-        os.kill(workers[0], signal.SIGSTOP)
-        time.sleep(1.0)
-        run.proc.send_signal(signal.SIGTERM)
+        assert run.started.wait(120), run.out
+        pid = find(run.proc.pid)
+        os.kill(pid, signal.SIGSTOP)
         start = time.time()
-        rc = run.finish(timeout=60)
+        rc = run.finish(timeout=90)
         took = time.time() - start
     finally:
         run.finish()
-    assert rc == 143, run.out
-    assert took < 30, took
-    assert "stopped at" in run.out and "Traceback" not in run.out, run.out
-    assert ("the environments' step (or reset) did not come within 5 s of "
-            "the stop" in run.out), run.out
-    assert ("training environment worker 0 of 2 has sent nothing for"
-            in run.out), run.out
-    ckpts = glob.glob(str(root / "ckpt" / "ckpt-*.pt"))
-    assert len(ckpts) == 1, run.out
+    assert rc == 1, run.out
+    assert took < 45, took  # not the collectives' 60 s
+    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
+    assert len(said) == 1, run.out
+    for part in said_parts:
+        assert part.format(pid=pid) in said[0], (part, said[0])
+    assert glob.glob(str(root / "ckpt" / "ckpt-*.pt")), run.out
     assert_no_process_left(run.proc.pid)
+
+
+def _only(pids):
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def test_a_stopped_actor_of_rank_1_fails_its_unroll_before_the_timeout(
+        tmp_path):
+    """Without a stop, the other ranks would wait for rank 1 in their
+    next collective until it timed out ('rank 1 stopped answering',
+    nothing saved): rank 1 gives up an unroll that a stopped actor holds
+    back, and they save."""
+    root = tmp_path / "run"
+    _stopped_helper_fails_the_run(
+        _Run(_two_ranks(root, dict(ASYNC, **{
+            "collective_timeout.seconds": "60"}))), root,
+        lambda launcher: _actors(rank_pids(launcher)[1])[0], [
+            "actor 0 (environment 0 of rank 1) has sent nothing",
+            "is stopped (SIGSTOP or a job control stop: SIGCONT resumes "
+            "it): rank 1's unroll cannot come, and the other ranks would "
+            "wait for it until their collectives time out",
+            "is saved, and a restart resumes from it"])
 
 
 def test_a_stopped_environment_worker_of_rank_1_fails_its_unroll(tmp_path):
@@ -256,28 +265,13 @@ def test_a_stopped_environment_worker_of_rank_1_fails_its_unroll(tmp_path):
     it timed out, nothing saved; now rank 1 gives up the step that a
     stopped worker holds back, and both save."""
     root = tmp_path / "run"
-    run = _Run(_two_ranks(root, dict(LOCK_STEP_WORKERS, **{
-        "collective_timeout.seconds": "60"})))
-    try:
-        assert run.started.wait(120), run.out
-        workers = _actors(rank_pids(run.proc.pid)[1])
-        assert workers, run.out
-        os.kill(workers[0], signal.SIGSTOP)
-        start = time.time()
-        rc = run.finish(timeout=90)
-        took = time.time() - start
-    finally:
-        run.finish()
-    assert rc == 1, run.out
-    assert took < 45, took  # not the collective's 60 s
-    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
-    assert len(said) == 1, run.out
-    assert ("rank 1's training environment worker 0 of 1 has sent nothing"
-            in said[0]), said[0]
-    assert ": rank 1's unroll cannot come" in said[0], said[0]
-    assert "is saved, and a restart resumes from it" in said[0], said[0]
-    assert len(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))) == 1, run.out
-    assert_no_process_left(run.proc.pid)
+    _stopped_helper_fails_the_run(
+        _Run(_two_ranks(root, dict(LOCK_STEP_WORKERS, **{
+            "collective_timeout.seconds": "60"}))), root,
+        lambda launcher: _only(_actors(rank_pids(launcher)[1])), [
+            "rank 1's training environment worker 0 of 1 has sent nothing",
+            ": rank 1's unroll cannot come",
+            "is saved, and a restart resumes from it"])
 
 
 def test_a_stopped_evaluation_worker_of_rank_0_fails_the_evaluation(
@@ -286,32 +280,17 @@ def test_a_stopped_evaluation_worker_of_rank_0_fails_the_evaluation(
     other ranks waited in a collective until it timed out, nothing saved:
     now rank 0 gives the evaluation up, and every rank saves."""
     root = tmp_path / "run"
-    run = _Run(_two_ranks(root, dict(LOCK_STEP_WORKERS, **{
-        "TrainerConfig.eval_interval": "1",
-        "collective_timeout.seconds": "60"})))
-    try:
-        assert run.started.wait(120), run.out
-        # Rank 0's training environment's worker, then the first
-        # evaluation environment's (the main thread's children; the other
-        # evaluation environments load on threads of their own).
-        workers = sorted(_actors(rank_pids(run.proc.pid)[0]))
-        assert len(workers) == 2, workers
-        os.kill(workers[1], signal.SIGSTOP)
-        start = time.time()
-        rc = run.finish(timeout=90)
-        took = time.time() - start
-    finally:
-        run.finish()
-    assert rc == 1, run.out
-    assert took < 45, took  # not the collective's 60 s
-    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
-    assert len(said) == 1, run.out
-    assert "evaluation environment 0's worker has sent nothing" in said[0], \
-        said[0]
-    assert ": rank 0's evaluation cannot finish" in said[0], said[0]
-    assert "is saved, and a restart resumes from it" in said[0], said[0]
-    assert len(glob.glob(str(root / "ckpt" / "ckpt-*.pt"))) >= 1, run.out
-    assert_no_process_left(run.proc.pid)
+    # Rank 0's training environment's worker, then the first evaluation
+    # environment's (the main thread's children; the other evaluation
+    # environments load on threads of their own).
+    _stopped_helper_fails_the_run(
+        _Run(_two_ranks(root, dict(LOCK_STEP_WORKERS, **{
+            "TrainerConfig.eval_interval": "1",
+            "collective_timeout.seconds": "60"}))), root,
+        lambda launcher: sorted(_actors(rank_pids(launcher)[0]))[1], [
+            "evaluation environment 0's worker has sent nothing",
+            ": rank 0's evaluation cannot finish",
+            "is saved, and a restart resumes from it"])
 
 
 def test_a_stopped_evaluator_of_rank_0_fails_the_last_evaluation(
@@ -320,33 +299,21 @@ def test_a_stopped_evaluator_of_rank_0_fails_the_last_evaluation(
     a stopped asynchronous evaluator's last evaluation, until the
     collective timed out, nothing saved: now every rank saves."""
     root = tmp_path / "run"
-    run = _Run(_cmd(root, **{
-        "TrainerConfig.num_env_steps": "16000",
-        "TrainerConfig.async_eval": "True",
-        "TrainerConfig.eval_interval": "5",
-        "TrainerConfig.checkpoint_interval": "1000000",
-        "collective_timeout.seconds": "60"}) + [
-            "--distributed", "multi-process", "--num_processes", "2"])
-    try:
-        assert run.started.wait(120), run.out
-        evaluator = _actors(rank_pids(run.proc.pid)[0])
-        assert len(evaluator) == 1, evaluator
-        os.kill(evaluator[0], signal.SIGSTOP)
-        start = time.time()
-        rc = run.finish(timeout=90)
-        took = time.time() - start
-    finally:
-        run.finish()
-    assert rc == 1, run.out
-    assert took < 45, took  # not the collective's 60 s
-    said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
-    assert len(said) == 1, run.out
-    assert (f"the evaluator process (pid {evaluator[0]}) is stopped (SIGSTOP"
-            in said[0]), said[0]
-    assert ": rank 0's evaluation cannot finish" in said[0], said[0]
-    assert ("the final checkpoint, at 16000 env steps, is saved, and a "
-            "restart evaluates it") in said[0], said[0]
-    assert_no_process_left(run.proc.pid)
+    _stopped_helper_fails_the_run(
+        _Run(_cmd(root, **{
+            "TrainerConfig.num_env_steps": "16000",
+            # "started" (a progress line) long before the last evaluation
+            "TrainerConfig.log_interval_seconds": "0.1",
+            "TrainerConfig.async_eval": "True",
+            "TrainerConfig.eval_interval": "5",
+            "TrainerConfig.checkpoint_interval": "1000000",
+            "collective_timeout.seconds": "60"}) + [
+                "--distributed", "multi-process", "--num_processes", "2"]),
+        root, lambda launcher: _only(_actors(rank_pids(launcher)[0])), [
+            "the evaluator process (pid {pid}) is stopped (SIGSTOP",
+            ": rank 0's evaluation cannot finish",
+            "the final checkpoint, at 16000 env steps, is saved, and a "
+            "restart evaluates it"])
 
 
 def test_async_two_processes_train_and_finish(tmp_path):
