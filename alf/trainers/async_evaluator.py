@@ -45,7 +45,7 @@ from absl import logging
 from alf.trainers.actor import (adopt_config, decode, encode,
                                 raise_reported, report_error, skip_shutdown)
 from alf.trainers.calibration import Calibration
-from alf.trainers.stall_watch import STOP_CHECK_GAP, doing, held_back
+from alf.trainers.stall_watch import StoppedClock, doing, held_back
 from alf.trainers.trainer_config import (EVALUATION_LOAD_FNS,
                                          without_evaluation_envs)
 from alf.utils import process
@@ -316,19 +316,16 @@ class AsyncEvaluator:
         """
         done: List[EvalResult] = []
         start = said = time.monotonic()  # said: when the wait was said
-        stopped_since: Optional[float] = None
-        checked = start  # when the evaluator's state was last read
+        stopped = StoppedClock(time.monotonic)
         while self.busy and not (should_stop and should_stop()):
             try:
                 done += self.poll(timeout=0.1)
-                if held is not None and self.busy:
-                    now = time.monotonic()
-                    if now - checked > STOP_CHECK_GAP:
-                        # This process was stopped too (a whole job's
-                        # suspend): count afresh.
-                        stopped_since = None
-                    checked = now
-                    stopped_since = self._check_stopped(stopped_since, held)
+                if held is not None and self.busy and stopped.seconds(
+                        [(0, self._proc.pid)]).get(0, 0.0) >= \
+                        _STOPPED_SECONDS:
+                    raise EvaluationError(held_back(
+                        f"the evaluator process {doing(self._proc.pid)}",
+                        held))
             except AlfError as e:
                 _finished_before(e, done)
                 raise
@@ -341,21 +338,6 @@ class AsyncEvaluator:
                     "evaluator process %s", said - start,
                     " and ".join(map(str, steps)), doing(self._proc.pid))
         return done
-
-    def _check_stopped(self, since: Optional[float], held: str
-                       ) -> Optional[float]:
-        """When the evaluator was first seen stopped in this wait (None:
-        it is not stopped now); raises once it has been `_STOPPED_SECONDS`.
-        """
-        if process.state(self._proc.pid) not in ("T", "t"):
-            return None
-        now = time.monotonic()
-        if since is None:
-            return now
-        if now - since >= _STOPPED_SECONDS:
-            raise EvaluationError(held_back(
-                f"the evaluator process {doing(self._proc.pid)}", held))
-        return since
 
     def close(self) -> None:
         """Stops the evaluator (killing it if it does not stop in time, or

@@ -10,7 +10,8 @@ normally takes is reported, and it is a warning (a step that takes minutes
 may be legitimate), repeated at each further limit's worth of waiting.
 """
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import (Any, Callable, Dict, Iterable, List, Optional,
+                    Sequence, Tuple)
 
 from absl import logging
 
@@ -65,9 +66,7 @@ class StallWatch:
         self.restart()
         self._longest = 0.0
         self._warned_at: Optional[float] = None
-        # `stopped`'s last call, and since when it saw each actor stopped.
-        self._stop_checked: Optional[float] = None
-        self._stopped_since: Dict[int, float] = {}
+        self._stopped = StoppedClock(clock)  # for `stopped`
 
     @property
     def limit(self) -> float:
@@ -90,19 +89,12 @@ class StallWatch:
         actor, and a call after a longer gap (this process was stopped
         too) starts counting afresh."""
         now = self._clock()
-        if (self._stop_checked is None or
-                now - self._stop_checked > STOP_CHECK_GAP):
-            self._stopped_since = {}
-        self._stop_checked = now
-        confirmed = False
-        for i in waiting_for:
-            if (now - self._heard[i] >= seconds and
-                    process.state(self._pids[i]) in ("T", "t")):
-                since = self._stopped_since.setdefault(i, now)
-                confirmed = confirmed or now - since >= STOP_CONFIRM
-            else:
-                self._stopped_since.pop(i, None)
-        return self.silent(waiting_for, seconds) if confirmed else []
+        stopped = self._stopped.seconds(
+            (i, self._pids[i]) for i in waiting_for
+            if now - self._heard[i] >= seconds)
+        if any(t >= STOP_CONFIRM for t in stopped.values()):
+            return self.silent(waiting_for, seconds)
+        return []
 
     def heard(self, actor: int) -> None:
         """Actor ``actor`` sent something."""
@@ -242,6 +234,37 @@ class WorkerWatch(StepWatch):
                 raise self._stop_error("; ".join(
                     [stop_waited("the environments' step (or reset)",
                                  limit)] + self._stall.silent(workers, limit)))
+
+
+class StoppedClock:
+    """How long processes have been seen stopped (SIGSTOP, a debugger) by
+    checks at most `STOP_CHECK_GAP` apart: a check after a longer gap (the
+    checking process was stopped too, as when a job is suspended whole and
+    resumed, this process perhaps a moment before the other) counts
+    afresh.
+
+    Args:
+        clock: seconds (a test's).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._checked: Optional[float] = None
+        self._since: Dict[Any, float] = {}
+
+    def seconds(self, processes: Iterable[Tuple[Any, Optional[int]]]
+                ) -> Dict[Any, float]:
+        """For each ``(key, pid)`` of ``processes`` whose process is
+        stopped now, how long it has been seen so (0 at first sight);
+        the others are forgotten."""
+        now = self._clock()
+        if self._checked is None or now - self._checked > STOP_CHECK_GAP:
+            self._since = {}
+        self._checked = now
+        self._since = {key: self._since.get(key, now)
+                       for key, pid in processes
+                       if process.state(pid) in ("T", "t")}
+        return {key: now - since for key, since in self._since.items()}
 
 
 def held_back(why: str, held: str) -> str:
