@@ -131,6 +131,7 @@ class SyncCollector:
         self._obs: Optional[torch.Tensor] = None
         self._preemption: Optional[Preemption] = None
         self._version = 0
+        self._owner = "training"  # whose workers (`start`)
         self.last_steps, self.last_preempted = 0, False
 
     def describe(self):
@@ -156,10 +157,11 @@ class SyncCollector:
         pids = self._env.worker_pids
         rank = distributed.get_rank()
         multi = distributed.get_world_size() > 1
-        owner = f"rank {rank}'s training" if multi else "training"
+        # Whose workers, as their watch and their deaths name them.
+        self._owner = f"rank {rank}'s training" if multi else "training"
 
         def name(i: int) -> str:
-            return f"{owner} environment worker {i} of {len(pids)}"
+            return f"{self._owner} environment worker {i} of {len(pids)}"
         if pids:
             # The first reset is only named if it hangs: giving it up would
             # fail the trainer's start, before the iterations whose failures
@@ -196,10 +198,7 @@ class SyncCollector:
                     ts = env.step(step.output)
                 except EnvironmentWorkerDied as e:
                     torch.set_rng_state(rng)
-                    # Evaluations' workers are numbered the same way.
-                    rank = (f"rank {distributed.get_rank()}'s "
-                            if distributed.get_world_size() > 1 else "")
-                    raise e.whose(f"{rank}training") from e
+                    raise e.whose(self._owner) from e
                 except (CollectionError, CollectionStopped):
                     torch.set_rng_state(rng)  # the watch gave the step up
                     raise
