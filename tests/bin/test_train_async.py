@@ -133,21 +133,32 @@ def test_an_actor_killed_in_rank_1_ends_both_ranks_after_rank_0_saves(
     assert "of rank 1" in run.out, run.out
 
 
+def _stop_a_helper(run, find, then_sigterm):
+    """Stops (SIGSTOP) the helper process ``find(launcher pid)`` once
+    ``run`` trains (and, ``then_sigterm``, the run a second later); waits
+    for the run's end. Returns (the helper's pid, the run's exit code, the
+    seconds it took to end)."""
+    try:
+        assert run.started.wait(120), run.out
+        pid = find(run.proc.pid)
+        os.kill(pid, signal.SIGSTOP)
+        if then_sigterm:
+            time.sleep(1.0)
+            run.proc.send_signal(signal.SIGTERM)
+        start = time.time()
+        rc = run.finish(timeout=60 if then_sigterm else 90)
+        took = time.time() - start
+    finally:
+        run.finish()
+    return pid, rc, took
+
+
 def _a_stop_ends_the_wait_for_a_stopped_helper(run, root, find, said):
     """Stops (SIGSTOP) the helper process ``find(launcher pid)`` once
     ``run`` trains, then stops the run (SIGTERM); asserts that it exits as
     stopped, promptly, having saved once, the log holding each of
     ``said``."""
-    try:
-        assert run.started.wait(120), run.out
-        os.kill(find(run.proc.pid), signal.SIGSTOP)
-        time.sleep(1.0)
-        run.proc.send_signal(signal.SIGTERM)
-        start = time.time()
-        rc = run.finish(timeout=60)
-        took = time.time() - start
-    finally:
-        run.finish()
+    _, rc, took = _stop_a_helper(run, find, then_sigterm=True)
     assert rc == 143, run.out
     assert took < 45, took
     assert "stopped at" in run.out and "Traceback" not in run.out, run.out
@@ -218,15 +229,7 @@ def _stopped_helper_fails_the_run(run, root, find, said_parts):
     that the run then fails before its collectives time out, every rank
     having saved, in one line holding each of ``said_parts`` (formatted
     with the helper's ``pid``)."""
-    try:
-        assert run.started.wait(120), run.out
-        pid = find(run.proc.pid)
-        os.kill(pid, signal.SIGSTOP)
-        start = time.time()
-        rc = run.finish(timeout=90)
-        took = time.time() - start
-    finally:
-        run.finish()
+    pid, rc, took = _stop_a_helper(run, find, then_sigterm=False)
     assert rc == 1, run.out
     assert took < 45, took  # not the collectives' 60 s
     said = [ln for ln in run.lines if "alf.bin.train: error:" in ln]
