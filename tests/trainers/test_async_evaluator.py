@@ -143,7 +143,13 @@ def test_a_killed_evaluator_costs_no_iteration(tmp_path):
     assert steps == state["counters"]["iteration"] * SPI >= 2 * SPI
     assert str(info.value).startswith("the evaluator process was killed by "
                                       "SIGKILL"), info.value
-    assert f"the checkpoint at {steps} env steps" in str(info.value)
+    # Noticed at the run's last iteration on a loaded machine: then the
+    # restart only evaluates, and the message says so.
+    saved = (f"the final checkpoint, at {steps} env steps, is saved, and a "
+             "restart evaluates it" if steps == 12 * SPI else
+             f"the checkpoint at {steps} env steps (the last complete "
+             "iteration) is saved, and a restart resumes from it")
+    assert str(info.value).endswith(saved), info.value
     assert not mp.active_children()
 
 
