@@ -149,9 +149,9 @@ class SyncCollector:
         the first unroll. Acting draws from torch's global RNG, which the
         trainer seeds (``torch_seed`` is for `AsyncCollector`). With
         ``preemption``, an unroll ends early when it says so. Environments
-        stepping in worker processes are watched (`WorkerWatch`): a hung
-        worker is named, and once ``stop_asked()`` a step waits for one
-        only so long (`CollectionStopped`)."""
+        stepping in worker processes are watched (`WorkerWatch`), this
+        first reset too: a hung worker is named, and once ``stop_asked()``
+        a step waits for one only so long (`CollectionStopped`)."""
         self._alg, self._episodes, self._version = algorithm, episodes, version
         self._preemption = preemption
         pids = self._env.worker_pids
@@ -162,17 +162,16 @@ class SyncCollector:
 
         def name(i: int) -> str:
             return f"{self._owner} environment worker {i} of {len(pids)}"
+        held = f"rank {rank}'s unroll cannot come" if multi else None
+        asked = stop_asked or (lambda: False)
         if pids:
-            # The first reset is only named if it hangs: giving it up would
-            # fail the trainer's start, before the iterations whose failures
-            # the ranks agree on and save for.
-            self._env.watch(WorkerWatch(pids, name, lambda: False))
+            # A watch of its own: the first reset (a simulator loading
+            # its engine) must not set the steps' stop limit.
+            self._env.watch(WorkerWatch(pids, name, asked, held))
         self._obs = algorithm.observe(self._env.reset(seed=env_seed)
                                       .observation)
         if pids:
-            self._env.watch(WorkerWatch(
-                pids, name, stop_asked or (lambda: False),
-                f"rank {rank}'s unroll cannot come" if multi else None))
+            self._env.watch(WorkerWatch(pids, name, asked, held))
 
     def collect(self) -> Dict[str, torch.Tensor]:
         """Collects one unroll into the algorithm; returns summaries."""

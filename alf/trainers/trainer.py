@@ -274,12 +274,46 @@ class Trainer:
         env_seed = seeds.env_seed(cfg.seed, self.iteration, self.rank,
                                   cfg.local_num_envs)
         self._preemption = make_preemption(cfg, self.rank, self.world_size)
-        self._collector.start(self.algorithm, self._episodes, env_seed,
-                              self.iteration, torch_seed, self._preemption,
-                              self._stop_asked)
+        self._start_collection(env_seed, torch_seed)
         self._reporter.start_clock(self.iteration, self.env_steps)
         self._summarized_at = self.iteration
         return True
+
+    def _start_collection(self, env_seed: int, torch_seed: int) -> None:
+        """Starts the collector (the environments' first reset, or the
+        actors'), with the ranks' agreement on whether that failed on any
+        of them (a worker that died, or that a stop gave up waiting for):
+        then every rank stops with the same one-line error, before its
+        first iteration, and the checkpoint resumed from (if any) stays
+        as it was: nothing since is worth saving."""
+        assert (self._collector is not None and self._counts is not None
+                and self._episodes is not None)
+        failure = None
+        try:
+            self._collector.start(self.algorithm, self._episodes, env_seed,
+                                  self.iteration, torch_seed,
+                                  self._preemption, self._stop_asked)
+        except (CollectionError, CollectionStopped,
+                EnvironmentWorkerDied) as e:
+            failure = one_line(e)
+        reason = self._counts.agree_failure(failure)
+        if reason is None:
+            return
+        stop, _ = self._stop_requests.agree()
+        kept = (f"the checkpoint at {self.env_steps} env steps is as it was"
+                if self.iteration else "nothing had been trained or saved")
+        if stop:
+            sig = self._stop_requests.signal or signal.SIGINT
+            error: AlfError = TrainingInterrupted(
+                f"{process.signal_name(sig)}: {reason}; stopped before the "
+                f"first iteration: {kept}; run the same command to "
+                f"{'resume' if self.iteration else 'start again'}", sig)
+        else:
+            error = CollectionError(
+                f"{reason}; before the first iteration: {kept}, and a "
+                f"restart {'resumes from it' if self.iteration else 'starts afresh'}")
+        error.on_every_rank = True
+        raise error
 
     # ---- the loop ---------------------------------------------------------
     def _train(self) -> Dict[str, float]:

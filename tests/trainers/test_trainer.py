@@ -869,6 +869,89 @@ def test_a_stop_does_not_wait_forever_for_a_stopped_actor(
 
 
 @pytest.mark.timeout(120)
+def test_a_stop_gives_up_a_first_reset_that_a_worker_holds(
+        tmp_path, monkeypatch):
+    """A worker that never answers the environments' first reset (SIGSTOP
+    here, a simulator hung loading its engine) held a stopping run until a
+    second signal; now the stop gives the reset up after
+    `StallWatch.stop_limit` (5 s) and the run ends before its first
+    iteration, naming the worker, the resumed checkpoint untouched."""
+    import signal
+    import threading
+    import time
+
+    from alf.trainers.collector import SyncCollector
+    root = str(tmp_path)
+    Trainer(root, config=tiny_config(async_env=True,
+                                     num_env_steps=SPI)).train()
+    saved = os.path.join(root, "ckpt", f"ckpt-{SPI}.pt")
+    mtime = os.stat(saved).st_mtime_ns
+    start, asked, pids = SyncCollector.start, [], []
+
+    def hung(self, *args, **kwargs):
+        pids.extend(self._env.worker_pids)
+        os.kill(pids[1], signal.SIGSTOP)
+        threading.Timer(0.5, lambda: (asked.append(time.monotonic()),
+                                      trainer.request_stop(
+                                          signal.SIGTERM))).start()
+        return start(self, *args, **kwargs)
+    monkeypatch.setattr(SyncCollector, "start", hung)
+    trainer = Trainer(root, config=tiny_config(async_env=True,
+                                               num_env_steps=4 * SPI))
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.train()
+    assert 4.5 < time.monotonic() - asked[0] < 30, "the stop's wait"
+    assert str(info.value).startswith(
+        "SIGTERM: the environments' step (or reset) did not come within 5 "
+        "s of the stop (twice the slowest so far, at least 5 s); training "
+        "environment worker 1 of 2 has sent nothing for "), info.value
+    assert str(info.value).endswith(
+        f"; stopped before the first iteration: the checkpoint at {SPI} env "
+        "steps is as it was; run the same command to resume"), info.value
+    assert info.value.exit_code == 128 + signal.SIGTERM
+    assert ckpt_steps(root) == [SPI]
+    assert os.stat(saved).st_mtime_ns == mtime
+    for pid in pids:  # the given-up environment was killed at close
+        assert not os.path.exists(f"/proc/{pid}") or open(
+            f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+
+
+def _first_reset_held_in_rank_1(rank, root):
+    import signal
+
+    from alf.trainers.collector import SyncCollector
+    start = SyncCollector.start
+
+    def held(self, *args, **kwargs):
+        if rank == 1:
+            os.kill(self._env.worker_pids[0], signal.SIGSTOP)
+        return start(self, *args, **kwargs)
+    SyncCollector.start = held
+    Trainer(root, config=tiny_config(async_env=True)).train()
+
+
+@pytest.mark.timeout(120)
+def test_a_first_reset_that_a_stopped_worker_holds_ends_every_rank(
+        tmp_path):
+    """Rank 0 waited in its first collective for rank 1, whose first reset
+    a stopped worker held, until the collective timed out; now rank 1
+    gives the reset up and every rank ends with the same line."""
+    from distributed_harness import errors, run_ranks
+    said = errors(run_ranks(_first_reset_held_in_rank_1, str(tmp_path),
+                            timeout=60), "CollectionError")
+    assert said[0] == said[1], said
+    assert said[0].startswith(
+        "rank 1's training environment worker 0 of 1 has sent nothing for "
+        ), said[0]
+    assert said[0].endswith(
+        ": rank 1's unroll cannot come, and the other ranks would wait for "
+        "it until their collectives time out; before the first iteration: "
+        "nothing had been trained or saved, and a restart starts afresh"), \
+        said[0]
+    assert ckpt_steps(str(tmp_path)) == []
+
+
+@pytest.mark.timeout(120)
 def test_a_dead_evaluation_worker_costs_no_iteration(tmp_path, monkeypatch):
     """Rank 0's evaluation environments in subprocesses: a worker that
     dies during an evaluation ends the run after the iteration is saved
