@@ -616,7 +616,9 @@ def append_eval_csv(root_dir: str, env_steps: int,
         _widen(path, fields, added, row)
         return
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        # Unix lines: csv's default "\r\n" ends every value a shell tool
+        # (cut, awk) reads in the last column with a carriage return.
+        writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
         if new:
             writer.writeheader()
         writer.writerow({k: _cell(v) for k, v in row.items()})
@@ -702,7 +704,7 @@ def set_aside_later_rows(root_dir: str, env_steps: int,
 def _write_rows(path: str, rows: list) -> None:
     """Writes ``rows`` as CSV atomically (temporary file, fsync, rename)."""
     with open(path + ".tmp", "w", newline="") as f:
-        csv.writer(f).writerows(rows)
+        csv.writer(f, lineterminator="\n").writerows(rows)
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + ".tmp", path)

@@ -96,6 +96,21 @@ def test_a_metric_first_seen_after_a_resume_widens_the_header(tmp_path):
     assert os.listdir(tmp_path) == ["eval.csv"]
 
 
+def test_eval_csv_has_unix_line_ends_as_written_and_rewritten(tmp_path):
+    """csv's default "\r\n" left a carriage return on every last value
+    that ``cut`` or ``awk`` read."""
+    path = tmp_path / "eval.csv"
+    _log(tmp_path, [64, 128])
+    assert path.read_bytes().count(b"\n") == 3
+    assert b"\r" not in path.read_bytes()
+    append_eval_csv(str(tmp_path), 192, {"average_return": 1.0,
+                                         "new_metric": 3.0})  # rewritten
+    set_aside_later_rows(str(tmp_path), 128)  # rewritten, and aside
+    for name in os.listdir(tmp_path):
+        assert b"\r" not in (tmp_path / name).read_bytes(), name
+    assert len(os.listdir(tmp_path)) == 2
+
+
 def test_widening_keeps_a_row_cut_short_unreadable(tmp_path):
     """A crash's half row is not padded into a row of NaN metrics: it is
     still left out, and set aside on the next resume."""
