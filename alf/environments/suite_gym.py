@@ -19,6 +19,7 @@ import gin
 import gymnasium as gym
 import numpy as np
 import torch
+from absl import logging
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
@@ -29,7 +30,7 @@ from alf.data_structures import TimeStep
 from alf.environments.batched import BatchedEnvironment, StepWatch
 from alf.environments.env_fn import EnvFn, in_environment_process
 from alf.utils import process
-from alf.utils.errors import AlfError
+from alf.utils.errors import AlfError, one_line
 
 __all__ = ["load", "GymEnvironment", "check_env_id"]
 
@@ -104,6 +105,10 @@ def _merge_final(obs, final_obs: np.ndarray, mask: np.ndarray):
     return merged
 
 
+# How `EnvironmentRaised` names an environment stepping in this process.
+IN_PROCESS = "an in-process environment"
+
+
 class EnvironmentWorkerDied(AlfError):
     """An environment's worker process died (killed, out of memory, a
     crash in native code): restarting from the last checkpoint may help."""
@@ -113,16 +118,31 @@ class EnvironmentWorkerDied(AlfError):
         """This error, saying whose environments they were (``owner``:
         "training", "rank 1's training"): the workers are numbered within
         their own vector environment."""
-        return EnvironmentWorkerDied(re.sub(
-            r"\benvironment worker", f"{owner} environment worker", str(self)))
+        text = re.sub(r"\benvironment worker", f"{owner} environment worker",
+                      str(self))
+        return EnvironmentWorkerDied(text.replace(
+            IN_PROCESS, f"{IN_PROCESS} of {owner}"))
 
-    def renamed(self, name: Callable[[int], str]) -> "EnvironmentWorkerDied":
+    def renamed(self, name: Callable[[int], str],
+                in_process: Optional[str] = None) -> "EnvironmentWorkerDied":
         """This error, naming worker ``i`` (of its vector environment)
         ``name(i)`` (an evaluation's environment, each one its own vector
-        environment: "evaluation environment 3's worker")."""
-        return EnvironmentWorkerDied(re.sub(
-            r"\benvironment worker (\d+) of \d+",
-            lambda m: name(int(m.group(1))), str(self)))
+        environment: "evaluation environment 3's worker"), and an
+        environment that raised in this process ``in_process``."""
+        text = re.sub(r"\benvironment worker (\d+) of \d+",
+                      lambda m: name(int(m.group(1))), str(self))
+        return EnvironmentWorkerDied(
+            text if in_process is None else text.replace(IN_PROCESS,
+                                                         in_process))
+
+
+class EnvironmentRaised(EnvironmentWorkerDied):
+    """An environment raised an exception in a step or reset: in its
+    worker (which gymnasium then shuts down, after printing the
+    traceback) or in this process (whose traceback `GymEnvironment` logs).
+    Collection and evaluations fail on it as on a worker that died: the
+    trainer saves the last complete iteration, and a restart (a simulator's
+    rare crash) may get past it."""
 
 
 # What a pipe to a dead worker raises.
@@ -279,7 +299,7 @@ class GymEnvironment(BatchedEnvironment):
 
     def close(self):
         """Closes the sub-environments (and their subprocesses, if any)."""
-        if self._dead:
+        if self._dead and self.worker_pids:
             self._abandon()
         else:
             self._env.close()
@@ -297,6 +317,8 @@ class GymEnvironment(BatchedEnvironment):
                            "theirs was given up: they can only be closed")
         try:
             return fn(*args, **kwargs)
+        except AlfError:  # a watch's, or one that names its bad value
+            raise
         except _DEAD_PIPE as e:
             self._dead = True
             procs = getattr(self._env, "processes", [])
@@ -314,6 +336,33 @@ class GymEnvironment(BatchedEnvironment):
                                   f"a pipe to the environment workers "
                                   f"broke ({type(e).__name__})")
             raise EnvironmentWorkerDied(which) from e
+        except Exception as e:  # noqa: BLE001 - the environment's own
+            if self._dead:  # the watch gave the step up (`_watched`)
+                raise
+            raise self._raised(e) from e
+
+    def _raised(self, error: Exception) -> EnvironmentRaised:
+        """The `EnvironmentRaised` for ``error``, which a sub-environment
+        raised: gymnasium's ``AsyncVectorEnv`` re-raises a worker's (the
+        last, where several failed), having closed their pipes."""
+        self._dead = True
+        what = f"{type(error).__name__}: {one_line(error)}"
+        pipes = getattr(self._env, "parent_pipes", None)
+        if pipes is None:
+            logging.error("%s raised:", IN_PROCESS, exc_info=error)
+            return EnvironmentRaised(f"{IN_PROCESS} raised {what} (its "
+                                     "traceback is logged above)")
+        failed = [i for i, pipe in enumerate(pipes) if pipe is None]
+        if not failed:
+            return EnvironmentRaised(f"an environment worker raised {what}")
+        if len(failed) > 1:
+            return EnvironmentRaised(
+                f"environment workers {', '.join(map(str, failed))} of "
+                f"{len(pipes)} raised exceptions, the last {what} (their "
+                "tracebacks are printed above)")
+        return EnvironmentRaised(
+            f"environment worker {failed[0]} of {len(pipes)} raised {what} "
+            "(its traceback is printed above)")
 
     def _abandon(self) -> None:
         """Ends the workers of a vector env that lost one: its own close

@@ -328,9 +328,15 @@ def _worker_name(k: int, i: int,
                  env: BatchedEnvironment) -> Callable[[int], str]:
     """Names worker ``j`` of environment ``i`` of set ``k`` (0: the
     evaluation, 1: the held-out one), as its watch and its death say it."""
-    name = f"{'held-out ' if k else ''}evaluation environment {i}'s worker"
+    name = f"{_env_name(k, i)}'s worker"
     n = len(env.worker_pids)
     return lambda j: name if n == 1 else f"{name} {j} of {n}"
+
+
+def _env_name(k: int, i: int) -> str:
+    """Environment ``i`` of set ``k`` (0: the evaluation, 1: the held-out
+    one), as an error that it raised says it."""
+    return f"{'held-out ' if k else ''}evaluation environment {i}"
 
 
 class _Slot:
@@ -447,8 +453,9 @@ def _play_sets(sets, algorithm, should_stop):
                 try:
                     ts = future.result()  # a failed step raises
                 except EnvironmentWorkerDied as e:
-                    raise e.renamed(_worker_name(
-                        s.k, sets[s.k][0]._envs.index(s.env), s.env)) from e
+                    i = sets[s.k][0]._envs.index(s.env)
+                    raise e.renamed(_worker_name(s.k, i, s.env),
+                                    _env_name(s.k, i)) from e
                 stepped = s.timestep is not None
                 s.timestep = ts
                 if not stepped or record(s, ts):

@@ -30,6 +30,7 @@ TRUNC_ID = "alf_test/ScriptedTruncated-v0"  # time limit 2, never terminates
 MIXED_ID = "alf_test/ScriptedMixed-v0"  # lengths 2, 3, 5 with time limit 4
 MIXED_LENGTHS = (2, 3, 5)
 MIXED_LIMIT = 4
+RAISE_ID = "alf_test/ScriptedRaise-v0"  # raises after reset(seed=7)
 
 
 class ScriptedEnv(gym.Env):
@@ -37,7 +38,8 @@ class ScriptedEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, episode_length=3):
+    def __init__(self, episode_length=3, raise_for_seed=None,
+                 raise_in="step"):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2, ),
                                                 np.float32)
         self.action_space = gym.spaces.Discrete(2)
@@ -45,9 +47,17 @@ class ScriptedEnv(gym.Env):
             episode_length, int) else tuple(episode_length)
         self._episode = None
         self._step = 0
+        # The environment reset with this seed raises, in its reset or
+        # its steps: a simulator's own failure.
+        self._raise_for_seed, self._raise_in = raise_for_seed, raise_in
+        self._raising = False
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        if seed is not None:
+            self._raising = seed == self._raise_for_seed
+        if self._raising and self._raise_in == "reset":
+            raise ValueError(f"scripted failure in reset (seed {seed})")
         if seed is not None or self._episode is None:
             self._episode = int(self.np_random.integers(0, 1_000_000))
         else:
@@ -57,6 +67,8 @@ class ScriptedEnv(gym.Env):
 
     def step(self, action):
         assert self.action_space.contains(int(action)), action
+        if self._raising and self._raise_in == "step":
+            raise ValueError("scripted failure in step")
         self._step += 1
         length = self._lengths[self._episode % len(self._lengths)]
         return self._obs(), 1.0, self._step >= length, False, {}
@@ -67,6 +79,7 @@ class ScriptedEnv(gym.Env):
 
 def _register():
     specs = ((TERM_ID, dict(episode_length=3), None),
+             (RAISE_ID, dict(episode_length=1000, raise_for_seed=7), None),
              (TRUNC_ID, dict(episode_length=1000), 2),
              (MIXED_ID, dict(episode_length=MIXED_LENGTHS), MIXED_LIMIT))
     for env_id, kwargs, limit in specs:
@@ -404,6 +417,63 @@ def test_a_killed_worker_is_a_retryable_error_and_close_ends_the_rest(
     env.close()
     assert time.time() - start < 15
     assert not any(w.is_alive() for w in workers)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:.*ERROR:")  # gymnasium's, of the worker
+@pytest.mark.parametrize("call", ["step", "reset"])
+def test_an_exception_in_a_worker_is_a_retryable_error_naming_it(
+        envs, call):
+    """Before, a worker's exception came back as itself, a traceback that
+    ended training without saving anything."""
+    env = envs(RAISE_ID, num_envs=3, asynchronous=True,
+               wrappers=(register_in_worker, ),
+               env_kwargs=dict(raise_in=call))
+    workers = list(env._env.processes)
+    with pytest.raises(suite_gym.EnvironmentRaised) as info:
+        env.reset(seed=6)  # worker 1 gets seed 7
+        env.step(torch.zeros(3, dtype=torch.long))
+    assert str(info.value) == (
+        f"environment worker 1 of 3 raised ValueError: scripted failure in "
+        f"{'reset (seed 7)' if call == 'reset' else 'step'} (its traceback "
+        "is printed above)")
+    assert info.value.retryable
+    assert str(info.value.whose("training")).startswith(
+        "training environment worker 1 of 3 raised ValueError")
+    with pytest.raises(AlfError, match="can only be closed"):
+        env.step(torch.zeros(3, dtype=torch.long))
+    env.close()
+    assert not any(w.is_alive() for w in workers)
+
+
+def test_an_exception_in_process_is_named_and_its_traceback_logged(
+        envs, caplog):
+    env = envs(RAISE_ID, num_envs=2, asynchronous=False)
+    env.reset(seed=7)
+    with pytest.raises(suite_gym.EnvironmentRaised) as info:
+        env.step(torch.zeros(2, dtype=torch.long))
+    assert str(info.value) == (
+        "an in-process environment raised ValueError: scripted failure in "
+        "step (its traceback is logged above)")
+    assert "in step\n    raise ValueError" in caplog.text, caplog.text
+    assert str(info.value.whose("rank 1's training")).startswith(
+        "an in-process environment of rank 1's training raised ")
+    assert str(info.value.renamed(str, "evaluation environment 2")) \
+        .startswith("evaluation environment 2 raised ValueError")
+
+
+def test_an_error_that_names_its_bad_value_passes_unchanged(envs):
+    """An `AlfError` (a watch's, or a wrapper's refusal) is not an
+    environment's failure."""
+    env = envs(TERM_ID, num_envs=1, asynchronous=False)
+    env.reset(seed=0)
+
+    def refuse(*args):
+        raise AlfError("a refusal")
+    env._env.step = refuse
+    with pytest.raises(AlfError) as info:
+        env.step(torch.zeros(1, dtype=torch.long))
+    assert type(info.value) is AlfError
 
 
 class _Recorder(StepWatch):

@@ -952,6 +952,52 @@ def test_a_first_reset_that_a_stopped_worker_holds_ends_every_rank(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["collection", "evaluation"])
+def test_an_environment_that_raises_costs_no_iteration(tmp_path,
+                                                       monkeypatch, where):
+    """An in-process environment's exception (a simulator's own failure)
+    ended training with a traceback and nothing saved since the last due
+    checkpoint; now, as for a worker that died, the last complete
+    iteration is saved and a restart resumes from it, the environment's
+    traceback logged."""
+    from alf.trainers import trainer as trainer_module
+    from alf.trainers.async_evaluator import EvaluationError
+    from alf.trainers.collector import CollectionError
+    evaluate, ref = trainer_module.evaluate_together, []
+
+    def raising(*args):
+        raise ValueError("physics exploded")
+
+    def failing_evaluation(evaluators, algorithm, should_stop=None):
+        evaluators[0]._envs[1]._env.step = raising
+        return evaluate(evaluators, algorithm, should_stop)
+    train_iter = PPOAlgorithm.train_iter
+
+    def failing_collection(self, progress):
+        if ref[0].iteration == 1:
+            ref[0]._collector._env._env.step = raising
+        return train_iter(self, progress)
+    if where == "evaluation":
+        monkeypatch.setattr(trainer_module, "evaluate_together",
+                            failing_evaluation)
+    else:
+        monkeypatch.setattr(PPOAlgorithm, "train_iter", failing_collection)
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        eval_interval=2, num_env_steps=10 * SPI))
+    ref.append(trainer)
+    with pytest.raises(EvaluationError if where == "evaluation"
+                       else CollectionError) as info:
+        trainer.train()
+    said = ("evaluation environment 1" if where == "evaluation" else
+            "an in-process environment of training")
+    assert str(info.value) == (
+        f"{said} raised ValueError: physics exploded (its traceback is "
+        f"logged above); the checkpoint at {2 * SPI} env steps (the last "
+        "complete iteration) is saved, and a restart resumes from it")
+    assert ckpt_steps(str(tmp_path)) == [2 * SPI]
+
+
+@pytest.mark.timeout(120)
 def test_a_dead_evaluation_worker_costs_no_iteration(tmp_path, monkeypatch):
     """Rank 0's evaluation environments in subprocesses: a worker that
     dies during an evaluation ends the run after the iteration is saved
