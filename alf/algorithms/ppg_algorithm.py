@@ -30,7 +30,8 @@ import torch
 
 from alf import nest
 from alf.algorithms.algorithm import check_learning_rate
-from alf.algorithms.ppo_algorithm import (PPOAlgorithm, PPOBatch, rank_weights,
+from alf.algorithms.ppo_algorithm import (PPOAlgorithm, PPOBatch,
+                                         check_ppo_numbers, rank_weights,
                                          uneven_minibatch_indices)
 from alf.data_structures import LossInfo
 from alf.networks.policy_value import DisjointPolicyValueNetwork
@@ -115,6 +116,7 @@ class PPGAlgorithm(PPOAlgorithm):
         ppo_args = {k: v for k, v in ppo_args.items() if v is not _PPO}
         if "learning_rate" in ppo_args:
             check_learning_rate("PPGAlgorithm", learning_rate)
+        check_ppo_numbers("PPGAlgorithm", ppo_args)
         super().__init__(observation_space, action_space, config,
                          actor_network_ctor=actor_network_ctor, **ppo_args)
         if not hasattr(self.actor, "forward_with_aux"):

@@ -16,7 +16,8 @@ import gin
 import gymnasium as gym
 import torch
 
-from alf.algorithms.algorithm import check_learning_rate, check_max_grad_norm
+from alf.algorithms.algorithm import (check_learning_rate, check_max_grad_norm,
+                                      check_number)
 from alf.algorithms.deterministic_offset import (CALIBRATED, CalibratedOffset,
                                                  configured_offset, shift)
 from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
@@ -152,6 +153,34 @@ def _beta_actors(actor, schedule) -> List[ActorDistributionNetwork]:
             m.concentration_scale = m.concentration_scale.expand(
                 dims).clone()
     return found
+
+
+# PPO's numeric settings: (low, high, low refused); None is valid for the
+# optional ones (no value clipping, no early stop).
+_RANGES = dict(gamma=(0.0, 1.0, False), gae_lambda=(0.0, 1.0, False),
+               clip_ratio=(0.0, math.inf, True),
+               value_loss_coef=(0.0, math.inf, False),
+               entropy_coef=(0.0, math.inf, False),
+               adam_eps=(0.0, math.inf, True),
+               reward_scale=(0.0, math.inf, True),
+               value_clip=(0.0, math.inf, True),
+               target_kl=(0.0, math.inf, True))
+_OPTIONAL = ("value_clip", "target_kl")
+
+
+def check_ppo_numbers(owner: str, settings: Dict[str, object]) -> None:
+    """Refuses PPO's numeric ``settings`` (name -> value) out of range (a
+    discount above 1 diverges, a clip ratio of 0 never moves the policy, a
+    negative coefficient or reward scale trains the wrong way), naming
+    ``owner.name`` (``PPGAlgorithm.gamma`` where PPG was given it).
+
+    Raises:
+        ConfigError: naming the setting, its value and the valid range.
+    """
+    for name, value in settings.items():
+        if name in _RANGES and not (name in _OPTIONAL and value is None):
+            low, high, low_open = _RANGES[name]
+            check_number(f"{owner}.{name}", value, low, high, low_open)
 
 
 def check_minibatch_size(config, world_size: int) -> None:
@@ -328,6 +357,11 @@ class PPOAlgorithm(OnPolicyAlgorithm):
                  deterministic_offset: Optional[PerDimension] = None):
         check_learning_rate("PPOAlgorithm", learning_rate)
         check_max_grad_norm("PPOAlgorithm", max_grad_norm)
+        check_ppo_numbers("PPOAlgorithm", dict(
+            gamma=gamma, gae_lambda=gae_lambda, clip_ratio=clip_ratio,
+            value_loss_coef=value_loss_coef, entropy_coef=entropy_coef,
+            adam_eps=adam_eps, reward_scale=reward_scale,
+            value_clip=value_clip, target_kl=target_kl))
         _check_explore_fraction(explore_fraction, explore_fraction_schedule)
         check_minibatch_size(config, config.world_size)
         super().__init__(observation_space, action_space, config,

@@ -1,5 +1,6 @@
 """`TrainerConfig`: what to train, on what, for how long (gin-configurable)."""
 import dataclasses
+import math
 from typing import Callable, Optional
 
 import gin
@@ -12,6 +13,9 @@ from alf.utils import distributed
 from alf.utils.deprecation import FORMER, former_spelling
 from alf.utils.errors import ConfigError
 
+# The largest `TrainerConfig.seed`: the conventional 32 bits, far below
+# where the seeds derived from it (`alf.trainers.seeds`) leave torch's range.
+MAX_SEED = 2**32 - 1
 # Settings of asynchronous collection, refused with another unroll_mode.
 _ASYNC_ONLY = ("max_policy_lag", "envs_per_actor", "inference_workers",
                "segment_length", "actor_niceness")
@@ -148,7 +152,7 @@ class TrainerConfig:
         replay_buffer_capacity: off-policy: transitions kept (global; each
             of N ranks keeps 1/N of them).
         num_env_steps: training budget in environment steps (global).
-        seed: base random seed.
+        seed: base random seed, an integer in 0..2**32 - 1.
         eval_interval: evaluate every this many iterations (0: only at the
             end).
         num_eval_episodes: episodes per evaluation.
@@ -220,7 +224,8 @@ class TrainerConfig:
         torch_num_threads: torch intra-op threads per process; 1 is fastest
             for small networks and is what keeps several processes on one
             machine from fighting over cores.
-        log_interval_seconds: console progress every this many seconds.
+        log_interval_seconds: console progress every this many seconds (0:
+            every iteration).
         sync_check_interval: in distributed training, check every this many
             iterations that parameters and synced buffers are equal on all
             ranks (0: never).
@@ -318,6 +323,27 @@ class TrainerConfig:
             if not _is_int(value) or value < 1:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
                                   "be a positive integer")
+        if self.max_checkpoints is not None and (
+                not _is_int(self.max_checkpoints) or self.max_checkpoints < 1):
+            # -1 kept none (a resume then started afresh), 0 all.
+            raise ConfigError(f"TrainerConfig.max_checkpoints="
+                              f"{self.max_checkpoints!r}; it must be a "
+                              "positive integer, or None (keep all)")
+        for name in ("eval_interval", "sync_check_interval"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
+                                  "be an integer >= 0 (0: never)")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            # gymnasium refuses a negative seed, torch one past 64 bits.
+            raise ConfigError(f"TrainerConfig.seed={self.seed!r}; it must be "
+                              f"an integer in 0..{MAX_SEED}")
+        if (isinstance(self.log_interval_seconds, bool)
+                or not isinstance(self.log_interval_seconds, (int, float))
+                or not 0 <= self.log_interval_seconds < math.inf):
+            raise ConfigError(f"TrainerConfig.log_interval_seconds="
+                              f"{self.log_interval_seconds!r}; it must be a "
+                              "number of seconds >= 0 (0: every iteration)")
         for name in ("num_held_out_eval_episodes",
                      "num_calibration_episodes"):
             value = getattr(self, name)

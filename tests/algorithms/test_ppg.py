@@ -143,6 +143,16 @@ def test_ppo_parameters_unset_on_ppg_keep_ppo_bindings():
     assert alg._lr == 7e-4  # PPGAlgorithm's binding wins over PPO's
 
 
+def test_ppo_numbers_given_to_ppg_are_refused_by_ppgs_name():
+    from alf.utils.errors import ConfigError
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, minibatch_size=T * B)
+    with pytest.raises(ConfigError) as info:
+        PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg, gamma=1.01)
+    assert str(info.value).splitlines()[0] == (
+        "PPGAlgorithm.gamma=1.01; valid: a number in [0, 1]")
+
+
 def test_aux_minibatch_larger_than_the_aux_phase_is_refused():
     from alf.utils.errors import ConfigError
     cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,

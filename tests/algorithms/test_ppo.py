@@ -499,6 +499,30 @@ def test_mode_steps_take_no_part_in_the_policy_terms():
     assert new.log_prob.grad[3] == 0 and new.log_prob.grad[0] != 0
 
 
+@pytest.mark.parametrize("name, bad, valid", [
+    ("gamma", 1.5, "a number in [0, 1]"),
+    ("gamma", -1.0, "a number in [0, 1]"),
+    ("gae_lambda", 2.0, "a number in [0, 1]"),
+    ("clip_ratio", 0.0, "a number > 0"),
+    ("clip_ratio", -0.2, "a number > 0"),
+    ("entropy_coef", -1.0, "a number >= 0"),
+    ("value_loss_coef", -5.0, "a number >= 0"),
+    ("reward_scale", -0.1, "a number > 0"),
+    ("adam_eps", 0, "a number > 0"),
+    ("value_clip", 0.0, "a number > 0"),
+    ("target_kl", "0.01", "a number > 0"),
+    ("gamma", float("nan"), "a number in [0, 1]")])
+def test_ppo_numbers_out_of_range_are_refused(name, bad, valid):
+    """They trained without a word (a discount above 1 diverging, a
+    negative coefficient training the wrong way)."""
+    from alf.utils.errors import ConfigError
+    with pytest.raises(ConfigError) as info:
+        _ppo(**{name: bad})
+    assert str(info.value).splitlines()[0] == (
+        f"PPOAlgorithm.{name}={bad!r}; valid: {valid}")
+    _ppo(**{name: None if name in ("value_clip", "target_kl") else 1.0})
+
+
 @pytest.mark.parametrize("fraction", [0.0, 1.5, -0.1])
 def test_an_explore_fraction_outside_0_1_is_refused(fraction):
     from alf.utils.errors import ConfigError

@@ -193,6 +193,38 @@ def test_an_actor_niceness_outside_what_nice_takes_is_refused(bad):
                                "learner's priority)")
 
 
+@pytest.mark.parametrize("name, bad, valid", [
+    # -1 deleted every checkpoint as it was written (a resume then started
+    # afresh); 0 kept them all.
+    ("max_checkpoints", -1, "a positive integer, or None (keep all)"),
+    ("max_checkpoints", 0, "a positive integer, or None (keep all)"),
+    ("max_checkpoints", 2.5, "a positive integer, or None (keep all)"),
+    # A negative interval evaluated (or checked) at every iteration.
+    ("eval_interval", -1, "an integer >= 0 (0: never)"),
+    ("sync_check_interval", -3, "an integer >= 0 (0: never)"),
+    # A traceback from gymnasium, or torch, after files were written.
+    ("seed", -3, "an integer in 0..4294967295"),
+    ("seed", 2**32, "an integer in 0..4294967295"),
+    ("seed", 1.5, "an integer in 0..4294967295"),
+    ("seed", "x", "an integer in 0..4294967295"),
+    ("log_interval_seconds", -1, "a number of seconds >= 0 (0: every "
+     "iteration)"),
+    ("log_interval_seconds", "10", "a number of seconds >= 0 (0: every "
+     "iteration)")])
+def test_a_setting_out_of_its_range_is_refused(name, bad, valid):
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig(algorithm_ctor=PPOAlgorithm, **{name: bad})
+    assert one_line(info.value) == (f"TrainerConfig.{name}={bad!r}; it must "
+                                     f"be {valid}")
+
+
+def test_the_edges_of_those_ranges_are_accepted():
+    TrainerConfig(algorithm_ctor=PPOAlgorithm, max_checkpoints=None,
+                  eval_interval=0, sync_check_interval=0, seed=2**32 - 1,
+                  log_interval_seconds=0)
+    TrainerConfig(algorithm_ctor=PPOAlgorithm, max_checkpoints=1, seed=0)
+
+
 @pytest.mark.parametrize("name", ["max_policy_lag", "num_envs",
                                   "segment_length", "initial_collect_steps"])
 def test_a_bool_is_not_an_integer_setting(name):
