@@ -302,6 +302,16 @@ def _main() -> int:
             if FLAGS.max_restarts:
                 raise AlfError("--max_restarts is the built-in launcher's; "
                                "under torchrun use torchrun --max-restarts")
+            if FLAGS.distributed != "none" or FLAGS["num_processes"].present:
+                # torchrun started the processes: the launcher's flags
+                # would be ignored without a word.
+                raise AlfError(
+                    f"--distributed {FLAGS.distributed}"
+                    f"{' --num_processes' if FLAGS['num_processes'].present else ''}"
+                    " is the built-in launcher's; under torchrun (WORLD_SIZE="
+                    f"{os.environ['WORLD_SIZE']}) torchrun starts the "
+                    "processes (--nproc_per_node) and picks NCCL with GPUs, "
+                    "gloo without: drop it")
             root_dir = check_root_dir(FLAGS.root_dir)
             if os.environ["RANK"] == "0":  # the chief's, as in the Trainer
                 RunLock.check_free(root_dir)

@@ -2,11 +2,12 @@
 ``alf.bin.train: error: ...`` naming the value, exit code 1, and nothing
 written under --root_dir."""
 import re
+import subprocess
 
 import pytest
 
-from test_train import (PREFIX, assert_nothing_written, assert_one_line_error,
-                        run_cli)
+from test_train import (GIN, PREFIX, _cmd, _env, assert_nothing_written,
+                        assert_one_line_error, run_cli)
 
 SAC_TINY = {"TrainerConfig.num_env_steps": "200",
             "TrainerConfig.initial_collect_steps": "100",
@@ -250,3 +251,23 @@ def test_a_stop_as_a_finished_run_exits_changes_nothing(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["main", "0", "survived"], res.stdout
     assert "before training" not in res.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flags, said", [
+    (["--distributed", "multi-process", "--num_processes", "4"],
+     "--distributed multi-process --num_processes is the built-in "
+     "launcher's; under torchrun (WORLD_SIZE=2) torchrun starts the "
+     "processes"),
+    (["--distributed", "multi-gpu"], "--distributed multi-gpu is the "),
+    (["--max_restarts", "2"], "under torchrun use torchrun --max-restarts")])
+def test_the_launchers_flags_under_torchrun_are_refused(tmp_path, flags,
+                                                        said):
+    """They were ignored without a word: 2 processes trained where 4 were
+    asked for."""
+    root = tmp_path / "run"
+    env = dict(_env(), RANK="0", WORLD_SIZE="2", LOCAL_RANK="0")
+    res = subprocess.run(_cmd(root, GIN) + flags, capture_output=True,
+                         text=True, env=env, timeout=110)
+    assert_one_line_error(res, said)
+    assert_nothing_written(root)
