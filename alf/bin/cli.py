@@ -69,6 +69,14 @@ def run(main: Callable[[List[str]], None], module_name: str) -> None:
 _stopped_by = 0
 
 
+def _listen_to_sigint() -> None:
+    """A tool started in the background (``&`` in a script) inherits
+    SIGINT ignored, the shell's rule for background jobs: ``kill -INT``
+    must stop it all the same, as it stops ``alf.bin.train``."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def interrupt_on_stop_signals() -> None:
     """Makes SIGTERM and SIGHUP interrupt this tool as Ctrl-C does (its
     ``except KeyboardInterrupt`` stops what it started and says so);
@@ -82,6 +90,7 @@ def interrupt_on_stop_signals() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
+    _listen_to_sigint()
 
 
 def exit_on_stop_signals(prog: str) -> None:
@@ -99,6 +108,7 @@ def exit_on_stop_signals(prog: str) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
+    _listen_to_sigint()
 
 
 def exit_code_for_interrupt() -> int:

@@ -62,3 +62,28 @@ def test_a_bad_flag_or_argument_is_one_line(tmp_path, command, args, error):
     assert res.stderr == (f"alf.bin.{command}: error: {error} (--help lists "
                           "the flags)\n"), res.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("install", ["interrupt_on_stop_signals",
+                                     "exit_on_stop_signals"])
+def test_a_tool_started_in_the_background_still_stops_on_sigint(install):
+    """A job started with ``&`` in a script inherits SIGINT ignored:
+    ``kill -INT`` left alf.bin.compare running to its end."""
+    import signal
+
+    from alf.bin import cli
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM,
+                                              signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        getattr(cli, install)(*(["alf.bin.play"] if install.startswith(
+            "exit") else []))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        custom = lambda signum, frame: None  # noqa: E731
+        signal.signal(signal.SIGINT, custom)  # a handler of the caller's
+        getattr(cli, install)(*(["alf.bin.play"] if install.startswith(
+            "exit") else []))
+        assert signal.getsignal(signal.SIGINT) is custom
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
