@@ -218,13 +218,15 @@ _SEED_BINDING = re.compile(r"\s*TrainerConfig\.seed\s*=")
 
 
 def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
-                sides: Sequence[Side]) -> Dict[str, int]:
+                sides: Sequence[Side], held_out: bool = False
+                ) -> Dict[str, int]:
     """Checks each side's config as ``alf.bin.train`` and its trainer
     would, before anything runs: otherwise a side that cannot start fails
     only after every run before it has trained. It is parsed, its sizes
     must divide among its processes, and its algorithm is built (see
     `check_algorithm`), which is where an algorithm checks its own
-    arguments (a learning rate of 0, say).
+    arguments (a learning rate of 0, say). With ``held_out`` (compare the
+    held-out evaluations), it must set ``held_out_env_load_fn``.
 
     Returns:
         Side name -> the env steps its runs train for.
@@ -249,6 +251,10 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
             config = TrainerConfig()
             config.resolve_device("gloo" if side.processes > 1 else "none")
             check_algorithm(config.per_rank(side.processes))
+            if held_out and config.held_out_env_load_fn is None:
+                raise AlfError("--held_out compares eval_held_out.csv, which "
+                               "a run writes only with "
+                               "TrainerConfig.held_out_env_load_fn set")
         except AlfError as e:
             raise AlfError(f"side {side.name} ({side.describe()}): "
                            f"{one_line(e)}") from e
@@ -548,7 +554,8 @@ def main(argv: List[str]) -> int:
             FLAGS.a_param or (), FLAGS.b_param or (), FLAGS.a_name,
             FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
             FLAGS.num_processes if FLAGS["num_processes"].present else None)
-        steps = check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides)
+        steps = check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides,
+                            FLAGS.held_out)
         gin_files = [find_gin_file(g) for g in FLAGS.gin_file]
         root = check_root_dir(FLAGS.root_dir)
         refuse_a_training_run(root)

@@ -373,6 +373,20 @@ def test_check_sides_builds_each_sides_algorithm():
                                                               "lr": 1024}
 
 
+def test_held_out_without_a_held_out_environment_is_refused_first():
+    """It was said only after side A's first run had trained."""
+    with pytest.raises(AlfError) as e:
+        compare.check_sides(["ppo_cart_pole.gin"], SHORT,
+                            compare.make_sides(), held_out=True)
+    assert str(e.value) == (
+        "side single (1 process): --held_out compares eval_held_out.csv, "
+        "which a "
+        "run writes only with TrainerConfig.held_out_env_load_fn set")
+    assert compare.check_sides(["ppo_cart_pole.gin"], SHORT + [
+        "TrainerConfig.held_out_env_load_fn = @held_out/suite_gym.load"],
+        compare.make_sides(), held_out=True) == {"single": 1024, "ddp2": 1024}
+
+
 @pytest.mark.timeout(120)
 def test_bad_b_binding_is_refused_before_side_a_trains(tmp_path):
     res = _run_tool(tmp_path / "r", extra=[
