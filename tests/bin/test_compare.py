@@ -380,8 +380,8 @@ def test_held_out_without_a_held_out_environment_is_refused_first():
                             compare.make_sides(), held_out=True)
     assert str(e.value) == (
         "side single (1 process): --held_out compares eval_held_out.csv, "
-        "which a "
-        "run writes only with TrainerConfig.held_out_env_load_fn set")
+        "which a run writes only with TrainerConfig.held_out_env_load_fn "
+        "set")
     assert compare.check_sides(["ppo_cart_pole.gin"], SHORT + [
         "TrainerConfig.held_out_env_load_fn = @held_out/suite_gym.load"],
         compare.make_sides(), held_out=True) == {"single": 1024, "ddp2": 1024}
