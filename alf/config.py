@@ -115,6 +115,14 @@ def _config_error(err: Exception, search: List[str], gin_params: List[str],
         return ConfigError(_include_error(err, search))
     if isinstance(err, SyntaxError):
         return ConfigError(_syntax_error(err, gin_params, paths))
+    if isinstance(err, UnicodeDecodeError):
+        # gin reads a file without naming it: find the one.
+        bad = [p for p in paths if not _decodes(p)]
+        where = bad[0] if bad else "a gin file included by " + ", ".join(
+            paths)
+        return ConfigError(f"bad gin configuration: {where} is not UTF-8 "
+                           f"text ({err.reason} at byte {err.start}); a gin "
+                           "file is UTF-8 text")
     if isinstance(err, (ValueError, KeyError, NameError, TypeError)):
         return ConfigError(f"bad gin configuration: {one_line(err)}"
                            f"{_parameter_hint(err)}")
@@ -127,6 +135,15 @@ def _config_error(err: Exception, search: List[str], gin_params: List[str],
         return ConfigError(f"bad gin configuration: {err.args[0]} in "
                            f"{where}; a bracket or quote is not closed")
     return None
+
+
+def _decodes(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            f.read()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # Code that is not a user's: gin's, alf's and the standard library's.

@@ -239,6 +239,18 @@ def test_syntax_error_in_a_file_names_file_line_and_text(tmp_path):
     assert f"{f}, line 2: TrainerConfig.num_envs 3" in msg, msg
 
 
+def test_a_gin_file_that_is_not_utf8_is_named(tmp_path):
+    """The error named the codec and the byte, not the file."""
+    good, bad = tmp_path / "good.gin", tmp_path / "bad.gin"
+    good.write_text("TrainerConfig.num_envs = 2\n")
+    bad.write_bytes(b"TrainerConfig.seed = 1\n# caf\xe9\n")  # Latin-1
+    with pytest.raises(ConfigError) as info:
+        parse_config([str(good), str(bad)])
+    assert str(info.value) == (
+        f"bad gin configuration: {bad} is not UTF-8 text (invalid "
+        "continuation byte at byte 28); a gin file is UTF-8 text")
+
+
 def test_undefined_macro_names_binding_and_macro():
     with pytest.raises(ConfigError) as info:
         parse_config([EXAMPLE], ["TrainerConfig.num_envs=%NUM_ENVS"])
