@@ -115,3 +115,9 @@ def exit_code_for_interrupt() -> int:
     """128 + the signal that interrupted the tool (SIGINT's 130 for
     Ctrl-C)."""
     return 128 + int(_stopped_by or signal.SIGINT)
+
+
+if __name__ == "__main__":
+    sys.exit("alf.bin.cli is what alf's commands share, not a command: run "
+             "alf.bin.train, play, compare, report or calibrate (--help "
+             "lists their flags)")

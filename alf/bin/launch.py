@@ -461,3 +461,10 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
         print(f"{prog}: error: rank exit codes {codes}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit("alf.bin.launch is the library behind alf.bin.train "
+             "--distributed and alf.bin.compare, not a command: run "
+             "alf.bin.train --distributed multi-process (--help lists its "
+             "flags)")

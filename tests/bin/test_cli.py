@@ -87,3 +87,13 @@ def test_a_tool_started_in_the_background_still_stops_on_sigint(install):
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("module", ["launch", "cli", "curves"])
+def test_a_library_module_run_as_a_command_says_so(module):
+    """``python -m alf.bin.launch`` exited 0 having done nothing."""
+    res = _run([sys.executable, "-m", f"alf.bin.{module}", "--help"])
+    assert res.returncode == 1, res
+    assert res.stderr.startswith(f"alf.bin.{module} is ") and (
+        "not a command: run " in res.stderr), res.stderr
