@@ -218,15 +218,18 @@ _SEED_BINDING = re.compile(r"\s*TrainerConfig\.seed\s*=")
 
 
 def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
-                sides: Sequence[Side], held_out: bool = False
-                ) -> Dict[str, int]:
+                sides: Sequence[Side], held_out: bool = False,
+                metric: Optional[str] = None) -> Dict[str, int]:
     """Checks each side's config as ``alf.bin.train`` and its trainer
     would, before anything runs: otherwise a side that cannot start fails
     only after every run before it has trained. It is parsed, its sizes
     must divide among its processes, and its algorithm is built (see
     `check_algorithm`), which is where an algorithm checks its own
     arguments (a learning rate of 0, say). With ``held_out`` (compare the
-    held-out evaluations), it must set ``held_out_env_load_fn``.
+    held-out evaluations), it must set ``held_out_env_load_fn``; a
+    ``metric`` must be one its evaluations on the training environments
+    write (an environment's metric is what its episodes report;
+    ``offset_D``, calibration's).
 
     Returns:
         Side name -> the env steps its runs train for.
@@ -237,6 +240,7 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
     from alf.utils.process import import_torch
     import_torch()  # a Ctrl-C in torch's import would be lost
     from alf.trainers import TrainerConfig, parse_config
+    from alf.trainers.evaluator import EVAL_CSV_COLUMNS
     given = [("--gin_param", p) for p in gin_params] + [
         (f"--{flag}_param", p) for flag, side in zip("ab", sides)
         for p in side.params]
@@ -250,11 +254,17 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
             parse_config(gin_files, [*gin_params, *side.params])
             config = TrainerConfig()
             config.resolve_device("gloo" if side.processes > 1 else "none")
-            check_algorithm(config.per_rank(side.processes))
             if held_out and config.held_out_env_load_fn is None:
                 raise AlfError("--held_out compares eval_held_out.csv, which "
                                "a run writes only with "
                                "TrainerConfig.held_out_env_load_fn set")
+            metrics = check_algorithm(config.per_rank(side.processes))
+            columns = sorted({*EVAL_CSV_COLUMNS, *metrics} - {"env_steps"})
+            # (The held-out environments' metrics are their own.)
+            if metric is not None and not held_out and not (
+                    metric in columns or metric.startswith("offset_")):
+                raise AlfError(f"--metric {metric!r} is not what its "
+                               f"evaluations write; valid: {columns}")
         except AlfError as e:
             raise AlfError(f"side {side.name} ({side.describe()}): "
                            f"{one_line(e)}") from e
@@ -262,11 +272,12 @@ def check_sides(gin_files: Sequence[str], gin_params: Sequence[str],
     return steps
 
 
-def check_algorithm(config) -> None:
+def check_algorithm(config) -> Tuple[str, ...]:
     """Builds ``config``'s algorithm (a rank's `TrainerConfig`) as the
     trainer does (left on the CPU), for the checks its constructor and the trainer
     make. Its constructor needs the spaces, so one environment is built
     (and closed) to read them: the cheapest way to reach those checks.
+    Returns the metrics its episodes report (columns of ``eval.csv``).
 
     Raises:
         AlfError: what the environment, the algorithm or the trainer's
@@ -279,11 +290,13 @@ def check_algorithm(config) -> None:
                            asynchronous=False), config.env_load_fn)
     try:
         spaces = env.observation_space, env.action_space
+        metrics = tuple(env.episode_info)
     finally:
         env.close()
     algorithm = config.algorithm_ctor(observation_space=spaces[0],
                                       action_space=spaces[1], config=config)
     check_calibration(config, algorithm)
+    return metrics
 
 
 def refuse_a_training_run(root: str) -> None:
@@ -555,7 +568,7 @@ def main(argv: List[str]) -> int:
             FLAGS.b_name, FLAGS.a_processes, FLAGS.b_processes,
             FLAGS.num_processes if FLAGS["num_processes"].present else None)
         steps = check_sides(FLAGS.gin_file, FLAGS.gin_param or [], sides,
-                            FLAGS.held_out)
+                            FLAGS.held_out, metric)
         gin_files = [find_gin_file(g) for g in FLAGS.gin_file]
         root = check_root_dir(FLAGS.root_dir)
         refuse_a_training_run(root)

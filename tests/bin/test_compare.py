@@ -387,6 +387,20 @@ def test_held_out_without_a_held_out_environment_is_refused_first():
         compare.make_sides(), held_out=True) == {"single": 1024, "ddp2": 1024}
 
 
+def test_a_metric_no_evaluation_writes_is_refused_first():
+    """It was said only after side A's first run had trained."""
+    with pytest.raises(AlfError) as e:
+        compare.check_sides(["ppo_cart_pole.gin"], SHORT,
+                            compare.make_sides(), metric="bogus")
+    assert str(e.value) == (
+        "side single (1 process): --metric 'bogus' is not what its "
+        "evaluations write; valid: ['average_episode_length', "
+        "'average_return']")
+    for metric in ("average_episode_length", "offset_0"):
+        compare.check_sides(["ppo_cart_pole.gin"], SHORT,
+                            compare.make_sides(), metric=metric)
+
+
 @pytest.mark.timeout(120)
 def test_bad_b_binding_is_refused_before_side_a_trains(tmp_path):
     res = _run_tool(tmp_path / "r", extra=[
