@@ -117,12 +117,15 @@ def _config_error(err: Exception, search: List[str], gin_params: List[str],
         return ConfigError(_syntax_error(err, gin_params, paths))
     if isinstance(err, UnicodeDecodeError):
         # gin reads a file without naming it: find the one.
-        bad = [p for p in paths if not _decodes(p)]
-        where = bad[0] if bad else "a gin file included by " + ", ".join(
-            paths)
-        return ConfigError(f"bad gin configuration: {where} is not UTF-8 "
-                           f"text ({err.reason} at byte {err.start}); a gin "
-                           "file is UTF-8 text")
+        for path in paths:
+            why = _undecodable(path)
+            if why is not None:
+                return ConfigError(f"bad gin configuration: {path} is not "
+                                   f"UTF-8 text ({why.reason} at byte "
+                                   f"{why.start}); a gin file is UTF-8 text")
+        return ConfigError("bad gin configuration: a file included by "
+                           f"{', '.join(paths)} is not UTF-8 text "
+                           f"({err.reason}); a gin file is UTF-8 text")
     if isinstance(err, (ValueError, KeyError, NameError, TypeError)):
         return ConfigError(f"bad gin configuration: {one_line(err)}"
                            f"{_parameter_hint(err)}")
@@ -137,13 +140,16 @@ def _config_error(err: Exception, search: List[str], gin_params: List[str],
     return None
 
 
-def _decodes(path: str) -> bool:
+def _undecodable(path: str) -> Optional[UnicodeDecodeError]:
+    """Why ``path`` is not UTF-8 text (its ``start``: the byte in the
+    file, where gin's reading gives one in its chunk), or None."""
+    with open(path, "rb") as f:
+        data = f.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            f.read()
-    except UnicodeDecodeError:
-        return False
-    return True
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e
+    return None
 
 
 # Code that is not a user's: gin's, alf's and the standard library's.

@@ -243,12 +243,14 @@ def test_a_gin_file_that_is_not_utf8_is_named(tmp_path):
     """The error named the codec and the byte, not the file."""
     good, bad = tmp_path / "good.gin", tmp_path / "bad.gin"
     good.write_text("TrainerConfig.num_envs = 2\n")
-    bad.write_bytes(b"TrainerConfig.seed = 1\n# caf\xe9\n")  # Latin-1
+    # Latin-1, past the 8 kB that gin reads at a time
+    bad.write_bytes(b"TrainerConfig.seed = 1\n" + b"#" * 9999 +
+                    b"\n# caf\xe9\n")
     with pytest.raises(ConfigError) as info:
         parse_config([str(good), str(bad)])
     assert str(info.value) == (
         f"bad gin configuration: {bad} is not UTF-8 text (invalid "
-        "continuation byte at byte 28); a gin file is UTF-8 text")
+        "continuation byte at byte 10028); a gin file is UTF-8 text")
 
 
 def test_undefined_macro_names_binding_and_macro():

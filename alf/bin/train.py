@@ -290,7 +290,7 @@ def _main() -> int:
         if not FLAGS.gin_file:
             raise AlfError("--gin_file is required, e.g. --gin_file "
                            "ppo_cart_pole.gin")
-        if (FLAGS["num_processes"].present
+        if (FLAGS["num_processes"].present and not _under_torchrun()
                 and FLAGS.distributed != "multi-process"):
             raise AlfError(
                 f"--num_processes {FLAGS.num_processes} needs --distributed "
@@ -305,10 +305,14 @@ def _main() -> int:
             if FLAGS.distributed != "none" or FLAGS["num_processes"].present:
                 # torchrun started the processes: the launcher's flags
                 # would be ignored without a word.
+                given = ([f"--distributed {FLAGS.distributed}"]
+                         if FLAGS.distributed != "none" else []) + (
+                             ["--num_processes"]
+                             if FLAGS["num_processes"].present else [])
                 raise AlfError(
-                    f"--distributed {FLAGS.distributed}"
-                    f"{' --num_processes' if FLAGS['num_processes'].present else ''}"
-                    " is the built-in launcher's; under torchrun (WORLD_SIZE="
+                    f"{' '.join(given)} "
+                    f"{'is' if len(given) == 1 else 'are'} the built-in "
+                    "launcher's; under torchrun (WORLD_SIZE="
                     f"{os.environ['WORLD_SIZE']}) torchrun starts the "
                     "processes (--nproc_per_node) and picks NCCL with GPUs, "
                     "gloo without: drop it")

@@ -120,8 +120,7 @@ class EnvironmentWorkerDied(AlfError):
         their own vector environment."""
         text = re.sub(r"\benvironment worker", f"{owner} environment worker",
                       str(self))
-        return EnvironmentWorkerDied(text.replace(
-            IN_PROCESS, f"{IN_PROCESS} of {owner}"))
+        return type(self)(text.replace(IN_PROCESS, f"{IN_PROCESS} of {owner}"))
 
     def renamed(self, name: Callable[[int], str],
                 in_process: Optional[str] = None) -> "EnvironmentWorkerDied":
@@ -129,11 +128,11 @@ class EnvironmentWorkerDied(AlfError):
         ``name(i)`` (an evaluation's environment, each one its own vector
         environment: "evaluation environment 3's worker"), and an
         environment that raised in this process ``in_process``."""
-        text = re.sub(r"\benvironment worker (\d+) of \d+",
-                      lambda m: name(int(m.group(1))), str(self))
-        return EnvironmentWorkerDied(
-            text if in_process is None else text.replace(IN_PROCESS,
-                                                         in_process))
+        text = re.sub(r"\benvironment workers? ((?:\d+, )*\d+) of \d+",
+                      lambda m: ", ".join(name(int(i)) for i in
+                                          m.group(1).split(", ")), str(self))
+        return type(self)(text if in_process is None else
+                          text.replace(IN_PROCESS, in_process))
 
 
 class EnvironmentRaised(EnvironmentWorkerDied):
@@ -320,6 +319,12 @@ class GymEnvironment(BatchedEnvironment):
         except AlfError:  # a watch's, or one that names its bad value
             raise
         except _DEAD_PIPE as e:
+            pipes = getattr(self._env, "parent_pipes", None)
+            if pipes is None or None in pipes:
+                # The environment's own (a simulator's socket), raised in
+                # process or re-raised from a worker that gymnasium shut
+                # down after it: not a pipe of ours.
+                raise self._raised(e) from e
             self._dead = True
             procs = getattr(self._env, "processes", [])
             # The pipe breaks as the worker dies, a moment before the

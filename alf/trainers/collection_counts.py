@@ -61,7 +61,8 @@ class CollectionCounts:
         this rank's (None: none).
 
         A collective (one all-reduce, and a broadcast after a failure)
-        with several ranks: every rank calls it at every iteration, so
+        with several ranks: every rank calls it at every iteration (and
+        once as collection starts, `Trainer`'s start), so
         that all of them learn of a failure while they can still save the
         last complete iteration together.
         """

@@ -168,8 +168,11 @@ class SyncCollector:
             # A watch of its own: the first reset (a simulator loading
             # its engine) must not set the steps' stop limit.
             self._env.watch(WorkerWatch(pids, name, asked, held))
-        self._obs = algorithm.observe(self._env.reset(seed=env_seed)
-                                      .observation)
+        try:
+            first = self._env.reset(seed=env_seed)
+        except EnvironmentWorkerDied as e:
+            raise e.whose(self._owner) from e
+        self._obs = algorithm.observe(first.observation)
         if pids:
             self._env.watch(WorkerWatch(pids, name, asked, held))
 

@@ -285,20 +285,26 @@ class Trainer:
         of them (a worker that died, or that a stop gave up waiting for):
         then every rank stops with the same one-line error, before its
         first iteration, and the checkpoint resumed from (if any) stays
-        as it was: nothing since is worth saving."""
+        as it was: nothing since is worth saving. Any other failure (a bad
+        input, a bug) is raised as it was on its rank, the others stopping
+        with its one line instead of waiting for it in a collective."""
         assert (self._collector is not None and self._counts is not None
                 and self._episodes is not None)
-        failure = None
+        failure, own = None, None
         try:
             self._collector.start(self.algorithm, self._episodes, env_seed,
                                   self.iteration, torch_seed,
                                   self._preemption, self._stop_asked)
-        except (CollectionError, CollectionStopped,
-                EnvironmentWorkerDied) as e:
-            failure = one_line(e)
+        except Exception as e:  # noqa: BLE001 - agreed, then raised
+            failure, own = one_line(e), e
         reason = self._counts.agree_failure(failure)
         if reason is None:
             return
+        if own is not None and not isinstance(own, (
+                CollectionError, CollectionStopped, EnvironmentWorkerDied)):
+            # Not a helper's failure (a bad input, a bug): as it was, with
+            # its type and traceback; the other ranks learnt of it.
+            raise own
         stop, _ = self._stop_requests.agree()
         kept = (f"the checkpoint at {self.env_steps} env steps is as it was"
                 if self.iteration else "nothing had been trained or saved")

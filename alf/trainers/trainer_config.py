@@ -329,11 +329,12 @@ class TrainerConfig:
             raise ConfigError(f"TrainerConfig.max_checkpoints="
                               f"{self.max_checkpoints!r}; it must be a "
                               "positive integer, or None (keep all)")
-        for name in ("eval_interval", "sync_check_interval"):
+        for name, zero in (("eval_interval", "only at the end"),
+                           ("sync_check_interval", "never")):
             value = getattr(self, name)
             if not _is_int(value) or value < 0:
                 raise ConfigError(f"TrainerConfig.{name}={value!r}; it must "
-                                  "be an integer >= 0 (0: never)")
+                                  f"be an integer >= 0 (0: {zero})")
         if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
             # gymnasium refuses a negative seed, torch one past 64 bits.
             raise ConfigError(f"TrainerConfig.seed={self.seed!r}; it must be "

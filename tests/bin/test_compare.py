@@ -303,12 +303,13 @@ def test_end_to_end_short_cart_pole(tmp_path):
     with open(tmp_path / "compare.csv", newline="") as f:  # still the return's
         assert f.readline().strip() == "env_steps,mode,seed,average_return"
     for extra, message in (
-            (("--metric", "nope", "--tol_abs", "1"), "--metric 'nope' is not "
-             "a column of single/seed0/eval.csv; valid: ['average_episode_"
-             "length', 'average_return']"),
-            (("--held_out",), f"{tmp_path / 'single' / 'seed0'}/eval_held_"
-             "out.csv does not exist (the run had no TrainerConfig.held_out_"
-             "env_load_fn)")):
+            # Refused before the runs are even looked at.
+            (("--metric", "nope", "--tol_abs", "1"), "side single (1 "
+             "process): --metric 'nope' is not what its evaluations write; "
+             "valid: ['average_episode_length', 'average_return']"),
+            (("--held_out",), "side single (1 process): --held_out compares "
+             "eval_held_out.csv, which a run writes only with "
+             "TrainerConfig.held_out_env_load_fn set")):
         bad = _run_tool(tmp_path, extra=("--num_processes", "2", *extra))
         assert bad.returncode == 1, bad.stdout + bad.stderr
         assert bad.stderr == f"alf.bin.compare: error: {message}\n"

@@ -256,10 +256,12 @@ def test_a_stop_as_a_finished_run_exits_changes_nothing(tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("flags, said", [
     (["--distributed", "multi-process", "--num_processes", "4"],
-     "--distributed multi-process --num_processes is the built-in "
+     "--distributed multi-process --num_processes are the built-in "
      "launcher's; under torchrun (WORLD_SIZE=2) torchrun starts the "
      "processes"),
     (["--distributed", "multi-gpu"], "--distributed multi-gpu is the "),
+    (["--num_processes", "4"], "--num_processes is the built-in "
+     "launcher's"),
     (["--max_restarts", "2"], "under torchrun use torchrun --max-restarts")])
 def test_the_launchers_flags_under_torchrun_are_refused(tmp_path, flags,
                                                         said):

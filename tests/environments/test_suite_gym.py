@@ -462,6 +462,36 @@ def test_an_exception_in_process_is_named_and_its_traceback_logged(
         .startswith("evaluation environment 2 raised ValueError")
 
 
+def test_an_environments_own_connection_error_is_not_a_broken_pipe(envs,
+                                                                   caplog):
+    """A simulator's client raising ConnectionResetError read as "a pipe to
+    the environment workers broke", where there are no workers."""
+    env = envs(TERM_ID, num_envs=1, asynchronous=False)
+    env.reset(seed=0)
+
+    def refused(*args):
+        raise ConnectionResetError("the simulator closed its socket")
+    env._env.step = refused
+    with pytest.raises(suite_gym.EnvironmentRaised) as info:
+        env.step(torch.zeros(1, dtype=torch.long))
+    assert str(info.value).startswith(
+        "an in-process environment raised ConnectionResetError: the "
+        "simulator closed its socket"), info.value
+
+
+def test_several_workers_are_each_renamed():
+    error = suite_gym.EnvironmentRaised(
+        "environment workers 0, 2 of 3 raised exceptions, the last "
+        "ValueError: x")
+    renamed = error.renamed(lambda i: f"evaluation environment 4's worker "
+                            f"{i} of 3")
+    assert type(renamed) is suite_gym.EnvironmentRaised
+    assert str(renamed).startswith(
+        "evaluation environment 4's worker 0 of 3, evaluation environment "
+        "4's worker 2 of 3 raised exceptions"), renamed
+    assert type(error.whose("training")) is suite_gym.EnvironmentRaised
+
+
 def test_an_error_that_names_its_bad_value_passes_unchanged(envs):
     """An `AlfError` (a watch's, or a wrapper's refusal) is not an
     environment's failure."""

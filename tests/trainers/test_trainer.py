@@ -916,6 +916,26 @@ def test_a_stop_gives_up_a_first_reset_that_a_worker_holds(
             f"/proc/{pid}/stat").read().split()[2] == "Z", pid
 
 
+def test_a_first_reset_that_raises_says_whose_and_saves_nothing(
+        tmp_path, monkeypatch):
+    from alf.trainers.collector import CollectionError, SyncCollector
+    start = SyncCollector.start
+
+    def raising(self, *args, **kwargs):
+        def refused(*a, **k):
+            raise ValueError("no map today")
+        self._env._env.reset = refused
+        return start(self, *args, **kwargs)
+    monkeypatch.setattr(SyncCollector, "start", raising)
+    with pytest.raises(CollectionError) as info:
+        Trainer(str(tmp_path), config=tiny_config()).train()
+    assert str(info.value) == (
+        "an in-process environment of training raised ValueError: no map "
+        "today (its traceback is logged above); before the first iteration: "
+        "nothing had been trained or saved, and a restart starts afresh")
+    assert ckpt_steps(str(tmp_path)) == []
+
+
 def _first_reset_held_in_rank_1(rank, root):
     import signal
 

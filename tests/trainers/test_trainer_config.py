@@ -200,7 +200,7 @@ def test_an_actor_niceness_outside_what_nice_takes_is_refused(bad):
     ("max_checkpoints", 0, "a positive integer, or None (keep all)"),
     ("max_checkpoints", 2.5, "a positive integer, or None (keep all)"),
     # A negative interval evaluated (or checked) at every iteration.
-    ("eval_interval", -1, "an integer >= 0 (0: never)"),
+    ("eval_interval", -1, "an integer >= 0 (0: only at the end)"),
     ("sync_check_interval", -3, "an integer >= 0 (0: never)"),
     # A traceback from gymnasium, or torch, after files were written.
     ("seed", -3, "an integer in 0..4294967295"),
