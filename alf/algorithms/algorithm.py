@@ -65,6 +65,17 @@ def check_number(name: str, value, low: float, high: float = math.inf,
     raise ConfigError(f"{name}={value!r}; valid: {valid}")
 
 
+def check_count(name: str, value, least: int) -> None:
+    """Refuses a count (epochs, an interval, a batch size) that is not an
+    integer of at least ``least`` (a bool neither: ``True`` is a typo).
+
+    Raises:
+        ConfigError: naming ``name``, the value and what is valid.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{name}={value!r}; valid: an integer >= {least}")
+
+
 def check_max_grad_norm(owner: str, value) -> None:
     """Refuses a gradient-norm clip that is neither None nor a positive,
     finite number.

@@ -29,7 +29,8 @@ import gin
 import torch
 
 from alf import nest
-from alf.algorithms.algorithm import check_learning_rate
+from alf.algorithms.algorithm import (check_count, check_learning_rate,
+                                      check_number)
 from alf.algorithms.ppo_algorithm import (PPOAlgorithm, PPOBatch,
                                          check_ppo_numbers, rank_weights,
                                          uneven_minibatch_indices)
@@ -117,6 +118,9 @@ class PPGAlgorithm(PPOAlgorithm):
         if "learning_rate" in ppo_args:
             check_learning_rate("PPGAlgorithm", learning_rate)
         check_ppo_numbers("PPGAlgorithm", ppo_args)
+        check_count("PPGAlgorithm.aux_interval", aux_interval, 1)
+        check_count("PPGAlgorithm.aux_epochs", aux_epochs, 1)
+        check_number("PPGAlgorithm.clone_coef", clone_coef, 0.0)
         super().__init__(observation_space, action_space, config,
                          actor_network_ctor=actor_network_ctor, **ppo_args)
         if not hasattr(self.actor, "forward_with_aux"):
@@ -128,6 +132,9 @@ class PPGAlgorithm(PPOAlgorithm):
                            aux_mini_batch_size, ["aux_minibatch_size"],
                            aux_minibatch_size is not None):
             aux_minibatch_size = aux_mini_batch_size
+        if aux_minibatch_size is not None:
+            check_count("PPGAlgorithm.aux_minibatch_size", aux_minibatch_size,
+                        1)
         self._aux_epochs = aux_epochs
         self._clone_coef = clone_coef
         world = config.world_size

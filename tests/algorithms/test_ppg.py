@@ -153,6 +153,26 @@ def test_ppo_numbers_given_to_ppg_are_refused_by_ppgs_name():
         "PPGAlgorithm.gamma=1.01; valid: a number in [0, 1]")
 
 
+@pytest.mark.parametrize("name, bad, valid", [
+    ("aux_interval", 0, "an integer >= 1"),
+    ("aux_interval", 2.5, "an integer >= 1"),
+    ("aux_epochs", 0, "an integer >= 1"),  # stacked no statistics
+    ("aux_epochs", -1, "an integer >= 1"),
+    ("aux_minibatch_size", -4, "an integer >= 1"),
+    ("aux_minibatch_size", True, "an integer >= 1"),
+    ("clone_coef", -1.0, "a number >= 0")])
+def test_ppg_settings_out_of_range_are_refused(name, bad, valid):
+    """They trained without a word (a negative cloning coefficient pushing
+    the policy away from itself), or failed in the first auxiliary phase."""
+    from alf.utils.errors import ConfigError
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, minibatch_size=T * B)
+    with pytest.raises(ConfigError) as info:
+        PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg, **{name: bad})
+    assert str(info.value).splitlines()[0] == (
+        f"PPGAlgorithm.{name}={bad!r}; valid: {valid}")
+
+
 def test_aux_minibatch_larger_than_the_aux_phase_is_refused():
     from alf.utils.errors import ConfigError
     cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
