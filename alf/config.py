@@ -101,6 +101,7 @@ def parse_gin(gin_files: Iterable[str],
         raise error from e
     _check_macros()
     _check_values()
+    _check_switches()
     return paths
 
 
@@ -304,6 +305,28 @@ def _check_macros() -> None:
                         f"bad gin configuration: {target}.{name} uses macro "
                         f"%{macro_name}, which is not defined; define it "
                         f"with a line such as `{macro_name} = ...`")
+
+
+def _check_switches() -> None:
+    """Refuses a binding of a switch (a parameter whose default is True or
+    False) to anything but True or False: ``"no"`` (a string) would read
+    as true and turn on what the user meant to turn off, without a word;
+    0 and 1 are typos too."""
+    for (scope, selector), bindings in gin.config._CONFIG.items():
+        try:
+            params = inspect.signature(
+                gin.get_configurable(selector)).parameters
+        except (ValueError, TypeError):  # a macro, or no signature to read
+            continue
+        for name, value in bindings.items():
+            param = params.get(name)
+            if (param is None or not isinstance(param.default, bool)
+                    or isinstance(value, bool)
+                    or isinstance(value, gin.config.ConfigurableReference)):
+                continue
+            owner = selector.split(".")[-1]
+            raise ConfigError(f"{scope + '/' if scope else ''}{owner}.{name}"
+                              f"={value!r}; valid: True or False")
 
 
 class _GinProbeFilter(logging.Filter):

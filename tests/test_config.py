@@ -239,6 +239,26 @@ def test_syntax_error_in_a_file_names_file_line_and_text(tmp_path):
     assert f"{f}, line 2: TrainerConfig.num_envs 3" in msg, msg
 
 
+@pytest.mark.parametrize("binding, said", [
+    ('PPOAlgorithm.normalize_observations="no"',
+     "PPOAlgorithm.normalize_observations='no'; valid: True or False"),
+    ("DQNAlgorithm.double_dqn=0",
+     "DQNAlgorithm.double_dqn=0; valid: True or False"),
+    ('eval/ActorDistributionNetwork.squash="False"',
+     "eval/ActorDistributionNetwork.squash='False'; valid: True or False")])
+def test_a_switch_bound_to_anything_but_a_bool_is_refused(binding, said):
+    """``"no"`` read as true: normalisation ran where it was turned off."""
+    with pytest.raises(ConfigError) as info:
+        parse_config([EXAMPLE], [binding])
+    assert str(info.value) == said
+
+
+def test_a_switch_bound_to_a_bool_or_a_macro_is_taken():
+    parse_config([EXAMPLE], ["PPOAlgorithm.normalize_observations=True",
+                             "ON=True", "PPOAlgorithm.normalize_advantages=%ON",
+                             "make_ddp_performer.find_unused_parameters=True"])
+
+
 def test_a_gin_file_that_is_not_utf8_is_named(tmp_path):
     """The error named the codec and the byte, not the file."""
     good, bad = tmp_path / "good.gin", tmp_path / "bad.gin"
