@@ -40,7 +40,7 @@ class SquashedGaussianActor(nn.Module):
                  activation: str = "relu"):
         super().__init__()
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
-                                       activation)
+                                       activation, owner=type(self).__name__)
         self.action_dim = flat_size(action_space)
         self.head = orthogonal_init(
             nn.Linear(self.encoder.output_size, 2 * self.action_dim), 0.01)

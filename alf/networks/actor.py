@@ -132,7 +132,8 @@ class ActorDistributionNetwork(nn.Module):
                 "with a std per state of its own; it takes neither beta=True "
                 "nor state_dependent_std=True")
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
-                                       activation, conv_layers)
+                                       activation, conv_layers,
+                                       owner=type(self).__name__)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.squash = squash and not self.discrete
         self.beta = beta and not self.discrete

@@ -78,6 +78,21 @@ def flat_size(space) -> int:
     return int(np.prod(space.shape))
 
 
+def check_hidden_sizes(owner: str, hidden_sizes: Sequence[int]) -> None:
+    """Refuses ``owner.hidden_sizes`` unless every size is a positive
+    integer: a 0 made a layer of no units, a network constant in its
+    input, without a word.
+
+    Raises:
+        ConfigError: naming the binding and its value.
+    """
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+           for n in hidden_sizes):
+        raise ConfigError(f"{owner}.hidden_sizes={tuple(hidden_sizes)!r}; "
+                          "every layer size must be a positive integer, e.g. "
+                          "(64, 64)")
+
+
 @gin.configurable
 class EncodingNetwork(nn.Module):
     """Optional convolutions, then ``Linear -> activation`` layers.
@@ -94,13 +109,16 @@ class EncodingNetwork(nn.Module):
             each is followed by a ReLU.
         init: ``orthogonal`` (gain sqrt(2), zero biases) or ``torch``
             (PyTorch's default); see `init_layer`.
+        owner: the configurable whose ``hidden_sizes`` these are, for the
+            message that refuses a bad one (``QNetwork``).
     """
 
     def __init__(self, input_shape, hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", conv_layers: Sequence = (),
-                 init: str = "orthogonal"):
+                 init: str = "orthogonal", owner: str = "EncodingNetwork"):
         super().__init__()
         check_init(init)  # also when there is no layer to initialise
+        check_hidden_sizes(owner, hidden_sizes)
         if isinstance(input_shape, int):
             input_shape = (input_shape, )
         input_shape = tuple(input_shape)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from alf.networks.actor import ActorDistributionNetwork, PerDimension
-from alf.networks.encoding import orthogonal_init
+from alf.networks.encoding import check_hidden_sizes, orthogonal_init
 
 
 @gin.configurable
@@ -38,6 +38,7 @@ class DisjointPolicyValueNetwork(nn.Module):
                  beta_concentration_scale: PerDimension = 1.0,
                  gsde_interval: Optional[int] = None):
         super().__init__()
+        check_hidden_sizes(type(self).__name__, hidden_sizes)
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
                                               init_log_std, conv_layers,

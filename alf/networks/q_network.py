@@ -6,9 +6,9 @@ import gin
 import torch
 from torch import nn
 
-from alf.networks.encoding import (EncodingNetwork, flat_size,
-                                   get_activation, init_layer, linear_chain,
-                                   orthogonal_init)
+from alf.networks.encoding import (EncodingNetwork, check_hidden_sizes,
+                                   flat_size, get_activation, init_layer,
+                                   linear_chain, orthogonal_init)
 
 
 @gin.configurable
@@ -30,7 +30,8 @@ class QNetwork(nn.Module):
                  init: str = "torch"):
         super().__init__()
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
-                                       activation, conv_layers, init)
+                                       activation, conv_layers, init,
+                                       owner=type(self).__name__)
         self.head = init_layer(
             nn.Linear(self.encoder.output_size, int(action_space.n)), 1.0,
             init)
@@ -59,6 +60,7 @@ class CriticEnsemble(nn.Module):
                  hidden_sizes: Sequence[int] = (256, 256),
                  activation: str = "relu", num_critics: int = 2):
         super().__init__()
+        check_hidden_sizes(type(self).__name__, hidden_sizes)
         self.num_critics = num_critics
         self._activation = get_activation(activation)
         sizes = [flat_size(observation_space) + flat_size(action_space),

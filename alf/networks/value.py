@@ -24,7 +24,8 @@ class ValueNetwork(nn.Module):
                  activation: str = "tanh", conv_layers: Sequence = ()):
         super().__init__()
         self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
-                                       activation, conv_layers)
+                                       activation, conv_layers,
+                                       owner=type(self).__name__)
         self.head = orthogonal_init(nn.Linear(self.encoder.output_size, 1), 1.0)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:

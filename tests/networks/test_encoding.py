@@ -34,3 +34,33 @@ def test_torch_init_is_pytorchs_default():
 def test_unknown_init_names_the_valid_ones(ctor):
     with pytest.raises(ConfigError, match="'xavier'.*orthogonal.*torch"):
         ctor()
+
+
+@pytest.mark.parametrize("ctor, name", [
+    ("QNetwork", "QNetwork"), ("CriticEnsemble", "CriticEnsemble"),
+    ("ValueNetwork", "ValueNetwork"),
+    ("ActorDistributionNetwork", "ActorDistributionNetwork"),
+    ("DisjointPolicyValueNetwork", "DisjointPolicyValueNetwork")])
+@pytest.mark.parametrize("bad", [(0, ), (64, -1), (64.0, ), (True, )])
+def test_a_hidden_size_below_1_is_refused_naming_the_network(ctor, name,
+                                                               bad):
+    """A 0 made a layer of no units (a network constant in its input)
+    without a word."""
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.networks.policy_value import DisjointPolicyValueNetwork
+    from alf.networks.q_network import CriticEnsemble
+    from alf.networks.value import ValueNetwork
+    cls = dict(QNetwork=QNetwork, CriticEnsemble=CriticEnsemble,
+               ValueNetwork=ValueNetwork,
+               ActorDistributionNetwork=ActorDistributionNetwork,
+               DisjointPolicyValueNetwork=DisjointPolicyValueNetwork)[ctor]
+    obs = gym.spaces.Box(-1, 1, (3, ))
+    args = (obs, ) if ctor == "ValueNetwork" else (
+        obs, gym.spaces.Box(-1, 1, (2, )) if ctor == "CriticEnsemble"
+        else gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError) as info:
+        cls(*args, hidden_sizes=bad)
+    assert str(info.value).splitlines()[0] == (
+        f"{name}.hidden_sizes={bad!r}; every layer "
+                               "size must be a positive integer, e.g. "
+                               "(64, 64)")
