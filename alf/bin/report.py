@@ -263,7 +263,8 @@ def baseline_rows(base_dir: str, metrics: Sequence[str], width: int
         if csv_name == HELD_OUT_CSV and not os.path.isfile(
                 os.path.join(base_dir, csv_name)):
             continue
-        curves = read_curves(base_dir, csv_name, PROG)
+        curves = _finite(read_curves(base_dir, csv_name, PROG))
+        warn_not_numbers(base_dir, csv_name, curves)
         for m in metrics:
             if not curves.get(m):
                 raise AlfError(f"--baseline={base_dir}: {csv_name} has no "
@@ -340,7 +341,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
     """
     if not os.path.isdir(run_dir):
         raise AlfError(f"--root_dir={run_dir}: {_not_a_folder(run_dir)}")
-    train = read_curves(run_dir, EVAL_CSV, PROG)
+    train = _finite(read_curves(run_dir, EVAL_CSV, PROG))
     warn_not_numbers(run_dir, EVAL_CSV, train)
     steps = [int(s) for s in train["env_steps"]]
     if not steps:
@@ -351,7 +352,7 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
         if m not in valid:
             raise AlfError(f"--metrics: {m!r} is not a column of "
                            f"{run_dir}/{EVAL_CSV}; valid: {valid}")
-    held = (read_curves(run_dir, HELD_OUT_CSV, PROG)
+    held = (_finite(read_curves(run_dir, HELD_OUT_CSV, PROG))
             if os.path.isfile(os.path.join(run_dir, HELD_OUT_CSV)) else None)
     if held is not None:
         warn_not_numbers(run_dir, HELD_OUT_CSV, held)
@@ -393,10 +394,18 @@ def _averaged(values: Sequence[float], last: int) -> List[int]:
     return [i for i, v in enumerate(values) if not math.isnan(v)][-last:]
 
 
+def _finite(curves: Dict[str, list]) -> Dict[str, list]:
+    """``curves`` with every infinite value NaN: a diverged evaluation's
+    ``inf`` is not a score to show or average, any more than its ``nan``."""
+    return {m: [v if math.isfinite(v) else math.nan for v in values]
+            for m, values in curves.items()}
+
+
 def warn_not_numbers(run_dir: str, csv_name: str,
                      curves: Dict[str, list]) -> None:
     """Names, in one line on stderr, the values of a run's evaluation file
-    that are not numbers (a diverged evaluation writes ``nan``): the table
+    that are not finite numbers (a diverged evaluation writes ``nan`` or
+    ``inf``): the table
     shows them as empty cells, as a step without evaluation. Cells left
     empty are not named: alf leaves a metric empty in the rows before a
     resumed run added it (a calibration's ``offset_D``)."""
@@ -409,14 +418,14 @@ def warn_not_numbers(run_dir: str, csv_name: str,
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         print(f"{PROG}: warning: {os.path.join(run_dir, csv_name)} has "
               f"{len(bad)} value{'s' if len(bad) > 1 else ''} that "
-              f"{'are' if len(bad) > 1 else 'is'} not a number "
+              f"{'are' if len(bad) > 1 else 'is'} not a finite number "
               f"({', '.join(bad[:5])}{more}): empty cells, left out of "
               "the means", file=sys.stderr, flush=True)
 
 
 def _written_nans(path: str) -> Set[Tuple[str, float]]:
     """(column, env steps) of the cells of a CSV file that hold a text
-    reading as NaN (not empty ones)."""
+    reading as NaN or infinite (not empty ones)."""
     found: Set[Tuple[str, float]] = set()
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
@@ -428,7 +437,7 @@ def _written_nans(path: str) -> Set[Tuple[str, float]]:
                 if column is None or not isinstance(text, str):
                     continue
                 try:
-                    if text.strip() and math.isnan(float(text)):
+                    if text.strip() and not math.isfinite(float(text)):
                         found.add((column, step))
                 except ValueError:
                     continue

@@ -208,16 +208,18 @@ def test_markdown_table_and_last_mean():
 def test_a_value_that_is_not_a_number_is_named_and_noted(tmp_path):
     run = _run(tmp_path, held_out=False)
     _write_csv(os.path.join(run, "eval.csv"), [
-        (1000, 1.0, 0.1), (3000, "nan", 0.3), (5000, 3.0, 0.5)])
+        (1000, 1.0, 0.1), (2000, "inf", 0.2), (3000, "nan", 0.3),
+        (4000, "-inf", 0.4), (5000, 3.0, 0.5)])
     out = _cli("--root_dir", run, "--metrics", "average_return")
     assert out.returncode == 0, out.stderr
+    # inf (a diverged run writes it too) was shown and averaged.
     assert out.stderr == (
-        f"alf.bin.report: warning: {run}/eval.csv has 1 value that is not "
-        "a number (average_return at 3000): empty cells, left out of the "
-        "means\n")
+        f"alf.bin.report: warning: {run}/eval.csv has 3 values that are not "
+        "a finite number (average_return at 2000, average_return at 3000, "
+        "average_return at 4000): empty cells, left out of the means\n")
     assert out.stdout.splitlines()[2:] == [
-        "| training (deterministic): average_return | 1.00 |  | 3.00 | "
-        "2.00 † |", "",
+        "| training (deterministic): average_return | 1.00 |  |  |  | 3.00 "
+        "| 2.00 † |", "",
         "† training (deterministic): average_return: the mean of 2 values "
         "(at 1k, 5k): empty cells are left out"]
 
@@ -234,8 +236,8 @@ def test_cells_alf_left_empty_are_not_warned_about(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stderr == (
         f"alf.bin.report: warning: {run}/eval.csv has 1 value that is not "
-        "a number (average_return at 3000): empty cells, left out of the "
-        "means\n")
+        "a finite number (average_return at 3000): empty cells, left out of "
+        "the means\n")
 
 
 def _resumed(run, steps, text):
