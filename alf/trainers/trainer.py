@@ -192,6 +192,9 @@ class Trainer:
             observation_space=obs_space, action_space=action_space,
             config=cfg).to(self.device)
         check_algorithm(cfg, self.algorithm)
+        if self.is_chief:
+            for unused in cfg.unused_settings(self.algorithm):
+                logging.warning("%s", unused)
         if isinstance(self._collector, AsyncCollector):
             self._collector.check_algorithm(self.algorithm)
         self._episodes = EpisodeStats(cfg.local_num_envs, metrics)

@@ -1,7 +1,7 @@
 """`TrainerConfig`: what to train, on what, for how long (gin-configurable)."""
 import dataclasses
 import math
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Tuple
 
 import gin
 import torch
@@ -443,6 +443,32 @@ class TrainerConfig:
                     f"TrainerConfig.{name}={getattr(self, name)} does not "
                     f"divide among {world_size} processes; use a multiple "
                     f"of {world_size}")
+
+    def unused_settings(self, algorithm) -> List[str]:
+        """What a run says of the settings given (bound away from their
+        defaults) that ``algorithm``'s kind of training never reads: an
+        on-policy algorithm's replay settings, an off-policy one's epochs
+        (a gin file written for the other kind trained without a word)."""
+        from alf.algorithms.off_policy_algorithm import OffPolicyAlgorithm
+        from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
+        if isinstance(algorithm, OnPolicyAlgorithm):
+            names: Tuple[str, ...] = ("num_updates_per_iter",
+                                      "initial_collect_steps",
+                                      "replay_buffer_capacity")
+            kind = "on-policy: num_epochs sets its updates, and it keeps "
+            kind += "no replay buffer"
+        elif isinstance(algorithm, OffPolicyAlgorithm):
+            names = ("num_epochs", )
+            kind = "off-policy: num_updates_per_iter sets its updates"
+        else:
+            return []
+        if self.num_epochs == self.num_updates_per_iter:
+            # num_updates_per_train_iter, the former spelling, set both.
+            names = tuple(n for n in names
+                          if n not in ("num_epochs", "num_updates_per_iter"))
+        return [f"TrainerConfig.{n}={getattr(self, n)!r} does nothing for "
+                f"{type(algorithm).__name__} ({kind})"
+                for n in names if self.given(n)]
 
     def given(self, name: str) -> bool:
         """Whether field ``name`` differs from its default (was given)."""

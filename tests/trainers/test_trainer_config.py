@@ -322,3 +322,30 @@ def test_a_held_out_episode_count_that_is_not_positive_is_refused(bad):
     assert TrainerConfig(algorithm_ctor=PPOAlgorithm,
                          num_held_out_eval_episodes=40
                          ).num_held_out_eval_episodes == 40
+
+
+def test_settings_the_algorithms_kind_never_reads_are_named():
+    """A gin file written for the other kind of algorithm trained without
+    a word."""
+    import gymnasium as gym
+
+    from alf.algorithms.dqn_algorithm import DQNAlgorithm
+    obs, act = gym.spaces.Box(-1, 1, (3, )), gym.spaces.Discrete(2)
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
+                        unroll_length=4, minibatch_size=4,
+                        num_updates_per_iter=7, replay_buffer_capacity=5)
+    assert cfg.unused_settings(PPOAlgorithm(obs, act, cfg)) == [
+        f"TrainerConfig.{name} does nothing for PPOAlgorithm (on-policy: "
+        "num_epochs sets its updates, and it keeps no replay buffer)"
+        for name in ("num_updates_per_iter=7", "replay_buffer_capacity=5")]
+    cfg = TrainerConfig(algorithm_ctor=DQNAlgorithm, num_envs=2,
+                        unroll_length=4, minibatch_size=4, num_epochs=3,
+                        initial_collect_steps=8, replay_buffer_capacity=64)
+    assert cfg.unused_settings(DQNAlgorithm(obs, act, cfg)) == [
+        "TrainerConfig.num_epochs=3 does nothing for DQNAlgorithm "
+        "(off-policy: num_updates_per_iter sets its updates)"]
+    # The former spelling set both counts: neither is named.
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
+                        unroll_length=4, minibatch_size=4, num_epochs=3,
+                        num_updates_per_iter=3)
+    assert cfg.unused_settings(PPOAlgorithm(obs, act, cfg)) == []
