@@ -427,7 +427,7 @@ def _written_nans(path: str) -> Set[Tuple[str, float]]:
     """(column, env steps) of the cells of a CSV file that hold a text
     reading as NaN or infinite (not empty ones)."""
     found: Set[Tuple[str, float]] = set()
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         for row in csv.DictReader(f):
             try:
                 step = float(row.get("env_steps") or "")

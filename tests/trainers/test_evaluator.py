@@ -111,6 +111,21 @@ def test_eval_csv_has_unix_line_ends_as_written_and_rewritten(tmp_path):
     assert len(os.listdir(tmp_path)) == 2
 
 
+def test_an_eval_csv_saved_with_a_bom_is_read_and_appended_to(tmp_path):
+    """A file saved by a spreadsheet starts with a byte-order mark, which
+    hid the header's first column: every row was skipped."""
+    path = tmp_path / "eval.csv"
+    path.write_bytes(b"\xef\xbb\xbfenv_steps,average_return,"
+                     b"average_episode_length\n64,6.4,1.0\n")
+    append_eval_csv(str(tmp_path), 128, {"average_return": 12.8,
+                                         "average_episode_length": 1.0})
+    got = read_eval_csv(str(path))
+    assert got["env_steps"] == [64, 128], got
+    assert got["average_return"] == [6.4, 12.8]
+    assert set_aside_later_rows(str(tmp_path), 64) is not None
+    assert read_eval_csv(str(path))["env_steps"] == [64]
+
+
 def test_widening_keeps_a_row_cut_short_unreadable(tmp_path):
     """A crash's half row is not padded into a row of NaN metrics: it is
     still left out, and set aside on the next resume."""
