@@ -347,7 +347,8 @@ def report_rows(run_dir: str, metrics: Optional[Sequence[str]] = None,
     if not steps:
         raise AlfError(f"{run_dir}/{EVAL_CSV} has no evaluation yet")
     valid = [c for c in train if c != "env_steps"]
-    metrics = list(metrics or valid)
+    # Each once, in the order given: a repeat printed its row twice.
+    metrics = list(dict.fromkeys(metrics or valid))
     for m in metrics:
         if m not in valid:
             raise AlfError(f"--metrics: {m!r} is not a column of "

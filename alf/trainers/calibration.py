@@ -47,7 +47,8 @@ def candidates(grid: Mapping, what: str = "TrainerConfig.calibrate_offsets"
         if isinstance(xs, (int, float)):
             xs = (xs, )
         if (not isinstance(d, int) or isinstance(d, bool) or d < 0
-                or not isinstance(xs, (tuple, list)) or not all(
+                # () would calibrate nothing but "no offset"
+                or not isinstance(xs, (tuple, list)) or not xs or not all(
                     isinstance(x, (int, float)) and not isinstance(x, bool)
                     and math.isfinite(x) for x in xs)):
             raise ConfigError(valid)

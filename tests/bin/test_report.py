@@ -43,7 +43,8 @@ def _run(tmp_path, deterministic="True", held_out=True):
 
 
 def test_rows_put_splits_side_by_side_on_the_training_steps(tmp_path):
-    steps, rows = report.report_rows(_run(tmp_path), ["route_completion"])
+    run = _run(tmp_path)
+    steps, rows = report.report_rows(run, ["route_completion"])
     assert steps == STEPS
     (split_a, metric, train, _), (split_b, _, held, _) = rows
     assert (split_a, split_b) == ("training (deterministic)",
@@ -52,6 +53,9 @@ def test_rows_put_splits_side_by_side_on_the_training_steps(tmp_path):
     assert train == pytest.approx([0.1, 0.3, 0.5])
     assert held[0] == pytest.approx(0.2) and math.isnan(held[1])
     assert held[2] == pytest.approx(0.6)
+    # A metric given twice is one row per split, not two.
+    assert len(report.report_rows(run, ["route_completion",
+                                        "route_completion"])[1]) == 2
 
 
 def test_default_metrics_are_every_column_and_policy_is_named(tmp_path):

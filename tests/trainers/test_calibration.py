@@ -30,7 +30,8 @@ def test_candidates_are_every_combination_with_zero():
         {0: 0.0, 1: -0.1}, {0: 0.0, 1: 0.0}, {0: 0.5, 1: -0.1},
         {0: 0.5, 1: 0.0}]
     for bad in ({}, (0.1, ), {"1": (0.1, )}, {-1: (0.1, )},
-                {1: ("fast", )}, {1: (float("nan"), )}, {True: (0.1, )}):
+                {1: ("fast", )}, {1: (float("nan"), )}, {True: (0.1, )},
+                {0: ()}, {0: []}):  # an empty tuple calibrated nothing
         with pytest.raises(ConfigError, match="calibrate_offsets=.*valid"):
             candidates(bad)
 
