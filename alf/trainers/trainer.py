@@ -192,9 +192,6 @@ class Trainer:
             observation_space=obs_space, action_space=action_space,
             config=cfg).to(self.device)
         check_algorithm(cfg, self.algorithm)
-        if self.is_chief:
-            for unused in cfg.unused_settings(self.algorithm):
-                logging.warning("%s", unused)
         if isinstance(self._collector, AsyncCollector):
             self._collector.check_algorithm(self.algorithm)
         self._episodes = EpisodeStats(cfg.local_num_envs, metrics)
@@ -261,6 +258,9 @@ class Trainer:
                              self.env_steps, cfg.num_env_steps)
             return False
         if self.is_chief:
+            # Here, past every refusal: a refused run says one line.
+            for unused in cfg.unused_settings(self.algorithm):
+                logging.warning("%s", unused)
             logging.info("training on %s%s", self.device,
                          f" in each of {self.world_size} processes"
                          if self.world_size > 1 else "")
