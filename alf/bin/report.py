@@ -406,11 +406,11 @@ def warn_not_numbers(run_dir: str, csv_name: str,
                      curves: Dict[str, list]) -> None:
     """Names, in one line on stderr, the values of a run's evaluation file
     that are not finite numbers (a diverged evaluation writes ``nan`` or
-    ``inf``): the table
-    shows them as empty cells, as a step without evaluation. Cells left
+    ``inf``): the table shows them as empty cells, as a step without
+    evaluation. Cells left
     empty are not named: alf leaves a metric empty in the rows before a
     resumed run added it (a calibration's ``offset_D``)."""
-    written = _written_nans(os.path.join(run_dir, csv_name))
+    written = _written_not_finite(os.path.join(run_dir, csv_name))
     bad = [f"{m} at {s:g}" for m, values in curves.items()
            if m != "env_steps"
            for s, v in zip(curves["env_steps"], values)
@@ -424,7 +424,7 @@ def warn_not_numbers(run_dir: str, csv_name: str,
               "the means", file=sys.stderr, flush=True)
 
 
-def _written_nans(path: str) -> Set[Tuple[str, float]]:
+def _written_not_finite(path: str) -> Set[Tuple[str, float]]:
     """(column, env steps) of the cells of a CSV file that hold a text
     reading as NaN or infinite (not empty ones)."""
     found: Set[Tuple[str, float]] = set()

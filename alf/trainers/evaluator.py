@@ -21,6 +21,9 @@ from alf.trainers.stall_watch import WorkerWatch
 from alf.utils.errors import EvaluationError
 
 EVAL_CSV_COLUMNS = ("env_steps", "average_return", "average_episode_length")
+#: How the evaluation CSV files are read: a file saved by a spreadsheet may
+#: start with a byte-order mark, which would hide the header's first column.
+CSV_ENCODING = "utf-8-sig"
 #: Evaluations on the training environments' settings, and on held-out ones
 #: (``TrainerConfig.held_out_env_load_fn``).
 EVAL_CSV, HELD_OUT_CSV = "eval.csv", "eval_held_out.csv"
@@ -616,7 +619,7 @@ def append_eval_csv(root_dir: str, env_steps: int,
         fields = list(EVAL_CSV_COLUMNS) + sorted(set(row) -
                                                  set(EVAL_CSV_COLUMNS))
     else:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with open(path, newline="", encoding=CSV_ENCODING) as f:
             fields = next(csv.reader(f))
     added = sorted(set(row) - set(fields))
     if added:
@@ -638,7 +641,7 @@ def _widen(path: str, fields: List[str], added: List[str],
     """Rewrites the CSV ``path`` (header ``fields``) with the columns
     ``added`` after the others, then ``row``: in one atomic replace, so a
     crash leaves the old file or the new one, never fewer rows."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    with open(path, newline="", encoding=CSV_ENCODING) as f:
         rows = list(csv.reader(f))[1:]
     # A row cut short by a crash stays short: still unreadable, not a row
     # of empty metrics.
@@ -679,7 +682,7 @@ def set_aside_later_rows(root_dir: str, env_steps: int,
     path = os.path.join(root_dir, name)
     if not os.path.exists(path):
         return None
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    with open(path, newline="", encoding=CSV_ENCODING) as f:
         rows = list(csv.reader(f))
     if not rows or "env_steps" not in rows[0]:
         return None
@@ -750,8 +753,7 @@ def read_csv_rows(path: str, skipped: Optional[List[str]] = None
     """
     rows = []
     # A byte that is not UTF-8 (a damaged file) makes its row non-numeric.
-    # utf-8-sig: a file saved by a spreadsheet may start with a BOM.
-    with open(path, newline="", encoding="utf-8-sig",
+    with open(path, newline="", encoding=CSV_ENCODING,
               errors="replace") as f:
         reader = csv.DictReader(f)
         for r in reader:

@@ -455,8 +455,8 @@ class TrainerConfig:
             names: Tuple[str, ...] = ("num_updates_per_iter",
                                       "initial_collect_steps",
                                       "replay_buffer_capacity")
-            kind = "on-policy: num_epochs sets its updates, and it keeps "
-            kind += "no replay buffer"
+            kind = ("on-policy: num_epochs sets its updates, and it keeps "
+                    "no replay buffer")
         elif isinstance(algorithm, OffPolicyAlgorithm):
             names = ("num_epochs", )
             kind = "off-policy: num_updates_per_iter sets its updates"
