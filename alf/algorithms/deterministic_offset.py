@@ -44,6 +44,23 @@ def check_dimensions(dims: Mapping, action_space, what: str) -> int:
     return n
 
 
+def check_widths(values: Mapping, low: torch.Tensor, high: torch.Tensor,
+                 what: str) -> None:
+    """Refuses an offset wider than its dimension's box (``values``:
+    ``{dimension: offsets}``): it would hold every action at a bound, a
+    typo's likely result (``what`` names the setting)."""
+    for d, xs in values.items():
+        width = float(high[d] - low[d])
+        for x in xs:
+            # A NaN fails the comparison too; an infinite bound allows all.
+            if not abs(x) <= width:
+                raise ConfigError(
+                    f"{what}: offset {x!r} for dimension {d} is not within "
+                    f"the width of its range [{float(low[d]):g}, "
+                    f"{float(high[d]):g}] (a wider one holds every action "
+                    f"at a bound); valid: |offset| <= {width:g}")
+
+
 def configured_offset(action_space, offset
                       ) -> Optional[Tuple[torch.Tensor, ...]]:
     """(offset, low, high) of ``PPOAlgorithm.deterministic_offset`` (None
@@ -57,8 +74,11 @@ def configured_offset(action_space, offset
         # {dimension: offset}: the dimensions not named keep their mode.
         check_dimensions(offset, action_space, what)
         offset = [offset.get(d, 0.0) for d in range(dims)]
-    return (per_dimension(offset, dims, "PPOAlgorithm.deterministic_offset"),
-            low, high)
+    value = per_dimension(offset, dims, "PPOAlgorithm.deterministic_offset")
+    # The values as given (a float32 tensor would name -4.01 otherwise).
+    given = offset if isinstance(offset, (tuple, list)) else [offset] * dims
+    check_widths({d: [x] for d, x in enumerate(given)}, low, high, what)
+    return value, low, high
 
 
 def shift(mode: torch.Tensor, offset: torch.Tensor, low: torch.Tensor,
@@ -91,6 +111,8 @@ class CalibratedOffset(nn.Module):
         what = f"TrainerConfig.calibrate_offsets={dict(dims)!r}"
         low, high = box_bounds(action_space, what)
         n = check_dimensions(dims, action_space, what)
+        check_widths({d: xs if isinstance(xs, (tuple, list)) else (xs, )
+                      for d, xs in dims.items()}, low, high, what)
         self.register_buffer("value", torch.zeros(n))
         self.register_buffer("low", low)
         self.register_buffer("high", high)

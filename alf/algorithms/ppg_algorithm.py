@@ -23,7 +23,7 @@ leaves the auxiliary head unused: PPG configs set
 ``make_ddp_performer.find_unused_parameters = True``.
 """
 import math
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional
 
 import gin
 import torch
@@ -160,6 +160,19 @@ class PPGAlgorithm(PPOAlgorithm):
             # padded to the buffer's width. Only then, so that checkpoints
             # of the default layout stay loadable.
             self.aux_valid = ReplayBuffer(aux_interval, width)
+
+    def idle_settings(self, config) -> List[str]:
+        iterations = -(-config.num_env_steps // config.steps_per_iteration)
+        interval = self.aux_buffer.capacity
+        if iterations >= interval:
+            return []
+        # Not refused: a short run of a long config (a smoke test) trains,
+        # as PPO does.
+        return [f"PPGAlgorithm.aux_interval={interval} exceeds the "
+                f"run's length in iterations, {iterations} (num_env_steps="
+                f"{config.num_env_steps} at {config.steps_per_iteration} per "
+                "iteration): no auxiliary phase will run, so it trains as "
+                f"PPO; use aux_interval <= {iterations} for one"]
 
     def _prepare_batch(self, exp) -> PPOBatch:
         batch = super()._prepare_batch(exp)

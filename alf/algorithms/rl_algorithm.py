@@ -1,5 +1,5 @@
 """RL algorithm bases: observation normalisation and on-policy training."""
-from typing import Callable, Dict, Iterator, Optional, Tuple, Type
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import gymnasium as gym
 import torch
@@ -171,6 +171,12 @@ class RLAlgorithm(Algorithm):
         (all ranks' env steps) is loaded; not on a fresh start. For state
         that checkpoints do not hold; ``local_note`` says why this rank's
         `local_state` was not restored ("" if it was, or there was none)."""
+
+    def idle_settings(self, config) -> List[str]:
+        """What a run of ``config`` says (one line each, as a warning at
+        its start) of this algorithm's own settings that will do nothing
+        in it, e.g. a period longer than the run. Empty: none."""
+        return []
 
     def local_state(self) -> Dict[str, torch.Tensor]:
         """What this rank alone holds and a checkpoint (rank 0's state,

@@ -89,6 +89,35 @@ def binding(offsets: Offsets) -> str:
     return f"{BINDING}={{{', '.join(f'{d}: {x}' for d, x in offsets.items())}}}"
 
 
+def _check_candidates(root_dir: str, checkpoint: str,
+                      candidates: List[Offsets], gin_params: Sequence[str]
+                      ) -> None:
+    """Refuses, in ``--offsets``' terms, a dimension the action lacks or an
+    offset wider than its range, before any candidate plays: the policy is
+    built (no episode played) acting with each dimension's widest one."""
+    from alf.bin.play import play
+    widest = {d: max((c[d] for c in candidates), key=abs)
+              for d in candidates[0]}
+    try:
+        play(root_dir, checkpoint, 0,
+             gin_params=[*gin_params, binding(widest)])
+    except ConfigError as e:
+        said = str(e).splitlines()[0]
+        if not said.startswith(BINDING + "="):
+            raise
+        dims = re.search(r"; valid: dimensions in 0\.\.(-?\d+)", said)
+        if dims:
+            n = int(dims.group(1)) + 1
+            bad = ", ".join(str(d) for d in sorted(widest)
+                            if not 0 <= d < n)
+            raise ConfigError(f"--offsets for dimension {bad}: the action "
+                              f"has {n} (0..{n - 1})") from None
+        wide = re.search(r": (offset .*)", said)
+        if not wide:
+            raise
+        raise ConfigError(f"--offsets: {wide.group(1)}") from None
+
+
 def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
               num_episodes: int, metric: str,
               gin_params: Sequence[str] = (), held_out: bool = False,
@@ -111,22 +140,11 @@ def calibrate(root_dir: str, checkpoint: str, candidates: List[Offsets],
             f"{getattr(cfg.algorithm_ctor, '__name__', cfg.algorithm_ctor)}, "
             f"which has no deterministic offset ({BINDING} is PPO's and "
             "PPG's)")
+    _check_candidates(root_dir, checkpoint, candidates, gin_params)
     results = []
     for i, offsets in enumerate(candidates):
-        try:
-            rows = play(root_dir, checkpoint, num_episodes,
-                        gin_params=[*gin_params, binding(offsets)])
-        except ConfigError as e:
-            said = str(e)
-            valid = re.search(r"; valid: dimensions in 0\.\.(-?\d+)", said)
-            if i or not said.startswith(BINDING + "=") or not valid:
-                raise
-            # About --offsets, not the binding alf made of it.
-            n = int(valid.group(1)) + 1
-            bad = ", ".join(str(d) for d in sorted(offsets)
-                            if not 0 <= d < n)
-            raise ConfigError(f"--offsets for dimension {bad}: the action "
-                              f"has {n} (0..{n - 1})") from None
+        rows = play(root_dir, checkpoint, num_episodes,
+                    gin_params=[*gin_params, binding(offsets)])
         row = mean_row(rows)
         if metric not in row:
             raise ConfigError(f"--metric={metric!r}: the episodes report "

@@ -415,9 +415,11 @@ class _VideoWriter:
                    ("PIL",)))
         # Refused before playing, not after, and without creating ``path``.
         folder, name = os.path.split(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise ConfigError(f"--record_file={path!r} is a folder; name a "
+                              f"file, e.g. {os.path.join(path, 'play' + ext)}")
         try:
-            if os.path.isdir(path) or (os.path.exists(path) and
-                                       not os.access(path, os.W_OK)):
+            if os.path.exists(path) and not os.access(path, os.W_OK):
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
             _remove_orphans(folder, name, ext)
             fd, self._tmp = tempfile.mkstemp(

@@ -259,7 +259,8 @@ class Trainer:
             return False
         if self.is_chief:
             # Here, past every refusal: a refused run says one line.
-            for unused in cfg.unused_settings(self.algorithm):
+            for unused in (*cfg.unused_settings(self.algorithm),
+                           *self.algorithm.idle_settings(cfg)):
                 logging.warning("%s", unused)
             logging.info("training on %s%s", self.device,
                          f" in each of {self.world_size} processes"

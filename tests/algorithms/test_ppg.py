@@ -187,6 +187,27 @@ def test_aux_minibatch_larger_than_the_aux_phase_is_refused():
                    f"{T}); use at most {2 * T * B}")
 
 
+@pytest.mark.parametrize("steps, said", [(T * B, True),
+                                          (T * B + 1, False),
+                                          (2 * T * B, False)])
+def test_an_aux_interval_longer_than_the_run_is_named(steps, said):
+    """A run shorter than aux_interval never ran an auxiliary phase,
+    without a word."""
+    cfg = TrainerConfig(algorithm_ctor=PPGAlgorithm, num_envs=B,
+                        unroll_length=T, minibatch_size=T * B,
+                        num_env_steps=steps)
+    alg = PPGAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg, aux_interval=2)
+    # Two iterations, a part one included, reach one auxiliary phase.
+    assert alg.idle_settings(cfg) == ([
+        f"PPGAlgorithm.aux_interval=2 exceeds the run's length in "
+        f"iterations, 1 (num_env_steps={steps} at {T * B} per "
+        "iteration): no auxiliary phase will run, so it trains as PPO; use "
+        "aux_interval <= 1 for one"]
+        if said else [])
+    assert PPOAlgorithm(OBS_SPACE, gym.spaces.Discrete(3), cfg
+                        ).idle_settings(cfg) == []
+
+
 def test_aux_mini_batch_size_still_works_and_warns_once(monkeypatch, caplog):
     import logging
     import alf.trainers

@@ -585,7 +585,7 @@ def test_deterministic_offset_shifts_the_mode_within_the_box_only():
     beyond.actor.forward = lambda o: type("D", (), {
         "mode": lambda self: torch.full((len(o), 2), 3.0)})()
     assert torch.all(beyond.predict_step(obs).output == 0.5)
-    far = _gaussian_ppo(deterministic_offset=2.5).predict_step(obs).output
+    far = _gaussian_ppo(deterministic_offset=2.0).predict_step(obs).output
     assert torch.all(far == 1.0)
     # {dimension: offset}: the others keep their mode.
     named = _gaussian_ppo(deterministic_offset={1: -0.5})
@@ -601,10 +601,28 @@ def test_deterministic_offset_shifts_the_mode_within_the_box_only():
 @pytest.mark.parametrize("bad, message", [
     ((0.1, 0.2, 0.3), r"one per action dimension \(2\)"),
     ("fast", "one per action dimension"),
-    ({2: 0.1}, r"dimensions in 0..1")])
+    ({2: 0.1}, r"dimensions in 0..1"),
+    # The box is [-1, 1]: beyond 2 every action sits at a bound.
+    ((0.1, -2.5), r"offset -2.5 for dimension 1 is not within the width of "
+     r"its range \[-1, 1\] .*; valid: \|offset\| <= 2\n"),
+    (float("nan"), r"offset nan for dimension 0 is not within"),
+    ({0: 1e9}, r"offset 1000000000.0 for dimension 0")])
 def test_a_bad_deterministic_offset_is_refused(bad, message):
     from alf.utils.errors import ConfigError
     with pytest.raises(ConfigError, match=message):
         _gaussian_ppo(deterministic_offset=bad)
     with pytest.raises(ConfigError, match="needs a one-dimensional Box"):
         _ppo(deterministic_offset=0.1)
+
+
+def test_an_offset_as_wide_as_the_box_is_allowed_and_a_wider_grid_not():
+    from alf.utils.errors import ConfigError
+    _gaussian_ppo(deterministic_offset=(2.0, -2.0))
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
+                        unroll_length=4, minibatch_size=4,
+                        eval_deterministic=True,
+                        calibrate_offsets={1: (-0.5, 2.1)})
+    with pytest.raises(ConfigError, match=r"^TrainerConfig.calibrate_offsets="
+                       r"\{1: \(-0.5, 2.1\)\}: offset 2.1 for dimension 1"):
+        PPOAlgorithm(gym.spaces.Box(-1, 1, (3, )),
+                     gym.spaces.Box(-1, 1, (2, )), cfg)

@@ -118,6 +118,11 @@ def test_held_out_is_checked_before_any_candidate_is_played(pendulum_run):
     (["--offsets", "3=0.5", "--offsets", "0=0.1"],
      "--offsets for dimension 3: the action has 1 (0..0)\n"),
     ([], "--offsets: give at least one"),
+    # Pendulum's torque is in [-2, 2]: 1e9 held every action at a bound.
+    (["--offsets", "0=0.5,1e9"],
+     "--offsets: offset 1000000000.0 for dimension 0 is not within the "
+     "width of its range [-2, 2] (a wider one holds every action at a "
+     "bound); valid: |offset| <= 4\n"),
 ])
 def test_bad_inputs_are_one_line_errors(pendulum_run, args, message):
     out = _cli("--root_dir", str(pendulum_run), "--num_episodes", "1",

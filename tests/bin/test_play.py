@@ -106,6 +106,21 @@ def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     assert not os.path.exists("x.avi")
 
 
+def test_a_record_file_that_is_a_folder_is_named_so(tmp_path):
+    """As root the folder passed the access check and was "Permission
+    denied"."""
+    from alf.bin.play import _VideoWriter
+    from alf.utils.errors import ConfigError
+    folder = tmp_path / "clips.gif"
+    folder.mkdir()
+    with pytest.raises(ConfigError) as info:
+        _VideoWriter(str(folder), 30)
+    assert str(info.value) == (
+        f"--record_file={str(folder)!r} is a folder; name a file, e.g. "
+        f"{folder / 'play.gif'}")
+    assert os.listdir(folder) == [] and os.listdir(tmp_path) == ["clips.gif"]
+
+
 def test_an_unreadable_checkpoint_says_what_play_can_do(cart_pole_run,
                                                          tmp_path):
     import shutil
