@@ -1040,3 +1040,18 @@ def test_a_dead_evaluation_worker_costs_no_iteration(tmp_path, monkeypatch):
         "evaluation environment 0's worker was killed by SIGKILL")
     assert f"the checkpoint at {2 * SPI} env steps" in str(info.value)
     assert ckpt_steps(str(tmp_path)) == [2 * SPI]
+
+
+def test_a_setting_that_does_nothing_in_this_run_is_warned_of(tmp_path,
+                                                               caplog):
+    """PPG's aux_interval longer than the run: it trained as PPO without a
+    word."""
+    import logging
+    ppg = functools.partial(PPGAlgorithm, aux_interval=5, aux_epochs=1,
+                            aux_minibatch_size=32)
+    with caplog.at_level(logging.WARNING):
+        Trainer(str(tmp_path), config=tiny_config(algorithm_ctor=ppg)
+                ).train()
+    assert (f"PPGAlgorithm.aux_interval=5 exceeds the run's length in "
+            f"iterations, 4 (num_env_steps={4 * SPI} at {SPI} per "
+            "iteration)") in caplog.text, caplog.text
