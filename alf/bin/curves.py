@@ -309,6 +309,8 @@ def read_curves(run_dir: str, csv_name: str, prog: str = "alf"
     """
     from alf.trainers.evaluator import read_eval_csv  # imports torch
     path = os.path.join(run_dir, csv_name)
+    if os.path.isdir(path):
+        raise AlfError(f"{path} is a folder, not the run's {csv_name}")
     if not os.path.isfile(path):
         hint = (" (the run had no TrainerConfig.held_out_env_load_fn)"
                 if csv_name == HELD_OUT_CSV else "")

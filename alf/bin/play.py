@@ -310,6 +310,9 @@ def open_run(root_dir: str, checkpoint: str, split: str,
         raise ConfigError(f"--root_dir={root_dir!r} " + (
             "is a file, not a run's folder" if os.path.exists(root_dir)
             else "does not exist"))
+    if os.path.isdir(config_file):
+        raise ConfigError(f"{config_file} is a folder, not the run's "
+                          "config.gin")
     if not os.path.isfile(config_file):
         raise ConfigError(f"{config_file} is missing: --root_dir must be a "
                           "run's folder (alf.bin.train writes it)")

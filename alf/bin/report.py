@@ -427,8 +427,11 @@ def warn_not_numbers(run_dir: str, csv_name: str,
 def _written_not_finite(path: str) -> Set[Tuple[str, float]]:
     """(column, env steps) of the cells of a CSV file that hold a text
     reading as NaN or infinite (not empty ones)."""
+    from alf.trainers.evaluator import CSV_ENCODING
     found: Set[Tuple[str, float]] = set()
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    # A damaged byte: its row is left out (read_csv_rows warns of it).
+    with open(path, newline="", encoding=CSV_ENCODING,
+              errors="replace") as f:
         for row in csv.DictReader(f):
             try:
                 step = float(row.get("env_steps") or "")

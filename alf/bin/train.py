@@ -282,6 +282,7 @@ def _main() -> int:
     signal.signal(process.CHECKPOINT_SIGNAL, signal.SIG_IGN)
     process.import_torch()
     from alf.trainers import Trainer, TrainingInterrupted, parse_config
+    from alf.trainers.run_folder import check_run_folder
     from alf.trainers.run_lock import RunLock
     try:
         if not FLAGS.root_dir:
@@ -319,6 +320,7 @@ def _main() -> int:
             root_dir = check_root_dir(FLAGS.root_dir)
             if os.environ["RANK"] == "0":  # the chief's, as in the Trainer
                 RunLock.check_free(root_dir)
+                check_run_folder(root_dir)
             process.exit_now(_train_under_torchrun(root_dir))
         num_processes, backend = _processes_and_backend()
         from alf.trainers import TrainerConfig
@@ -327,6 +329,7 @@ def _main() -> int:
         config.per_rank(num_processes)  # sizes must divide
         root_dir = check_root_dir(FLAGS.root_dir)
         RunLock.check_free(root_dir)
+        check_run_folder(root_dir)
         if num_processes > 1 or FLAGS.max_restarts:
             from alf.bin.launch import launch
             code = launch(train_parsed, (root_dir, ), num_processes,

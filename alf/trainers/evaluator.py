@@ -5,8 +5,8 @@ import csv
 import math
 import os
 import time
-from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple,
-                    Union, cast)
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
+                    Sequence, Tuple, Union, cast)
 
 import numpy as np
 import torch
@@ -619,7 +619,8 @@ def append_eval_csv(root_dir: str, env_steps: int,
         fields = list(EVAL_CSV_COLUMNS) + sorted(set(row) -
                                                  set(EVAL_CSV_COLUMNS))
     else:
-        with open(path, newline="", encoding=CSV_ENCODING) as f:
+        with open(path, newline="", encoding=CSV_ENCODING,
+                  errors="surrogateescape") as f:
             fields = next(csv.reader(f))
     added = sorted(set(row) - set(fields))
     if added:
@@ -641,7 +642,8 @@ def _widen(path: str, fields: List[str], added: List[str],
     """Rewrites the CSV ``path`` (header ``fields``) with the columns
     ``added`` after the others, then ``row``: in one atomic replace, so a
     crash leaves the old file or the new one, never fewer rows."""
-    with open(path, newline="", encoding=CSV_ENCODING) as f:
+    with open(path, newline="", encoding=CSV_ENCODING,
+              errors="surrogateescape") as f:
         rows = list(csv.reader(f))[1:]
     # A row cut short by a crash stays short: still unreadable, not a row
     # of empty metrics.
@@ -663,8 +665,17 @@ def _cell(value: Any) -> Any:
     return value
 
 
+class SetAside(NamedTuple):
+    """What `set_aside_later_rows` moved, and where."""
+
+    path: str
+    later: int  # rows after the env steps resumed from
+    unreadable: int  # rows cut short, or with a value that is no number
+    whole: bool = False  # the file itself: it has no env_steps header
+
+
 def set_aside_later_rows(root_dir: str, env_steps: int,
-                         name: str = EVAL_CSV) -> Optional[str]:
+                         name: str = EVAL_CSV) -> Optional[SetAside]:
     """Moves the rows of ``ROOT_DIR/<name>`` (``eval.csv``) after
     ``env_steps`` to ``ROOT_DIR/eval-discarded-<time>.csv`` (for
     ``eval_held_out.csv``, ``eval_held_out-discarded-<time>.csv``).
@@ -674,46 +685,63 @@ def set_aside_later_rows(root_dir: str, env_steps: int,
     evaluates those steps again: their old rows come from a training
     history the resumed run discards. Moving them aside keeps ``eval.csv``
     one row per step, in order, and loses no data. A row that cannot be
-    read (cut short by a crash) goes aside too.
+    read (cut short by a crash, a damaged byte) goes aside too, byte for
+    byte, and so does, whole, a file whose first line is no header with
+    ``env_steps`` (damaged there, or not alf's).
 
     Returns:
-        The path the rows went to, or None if there were none.
+        What went where, or None if nothing did.
     """
     path = os.path.join(root_dir, name)
     if not os.path.exists(path):
         return None
-    with open(path, newline="", encoding=CSV_ENCODING) as f:
+    # surrogateescape: a damaged byte is read, and written aside, as it was.
+    with open(path, newline="", encoding=CSV_ENCODING,
+              errors="surrogateescape") as f:
         rows = list(csv.reader(f))
-    if not rows or "env_steps" not in rows[0]:
+    if not rows:
         return None
+    stem = os.path.splitext(name)[0]
+    if "env_steps" not in rows[0]:
+        aside = _aside_path(root_dir, stem)
+        os.replace(path, aside)
+        return SetAside(aside, 0, len(rows) - 1, whole=True)
     column = rows[0].index("env_steps")
 
+    def readable(row) -> bool:
+        return (len(row) == len(rows[0])
+                and all(_number(v) is not None for v in row))
+
     def kept(row) -> bool:
-        try:
-            return (len(row) == len(rows[0])
-                    and float(row[column]) <= env_steps)
-        except ValueError:
-            return False
+        return readable(row) and float(row[column]) <= env_steps
 
     later = [r for r in rows[1:] if not kept(r)]
     if not later:
         return None
+    aside = _aside_path(root_dir, stem)
+    # The rows are written aside before eval.csv loses them.
+    _write_rows(aside, [rows[0]] + later)
+    _write_rows(path, [rows[0]] + [r for r in rows[1:] if kept(r)])
+    unreadable = sum(not readable(r) for r in later)
+    return SetAside(aside, len(later) - unreadable, unreadable)
+
+
+def _aside_path(root_dir: str, stem: str) -> str:
+    """``ROOT_DIR/<stem>-discarded-<time>.csv``, never an existing file."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    stem = os.path.splitext(name)[0]
     aside = os.path.join(root_dir, f"{stem}-discarded-{stamp}.csv")
     n = 1
     while os.path.exists(aside):  # never overwrite an earlier one
         n += 1
         aside = os.path.join(root_dir, f"{stem}-discarded-{stamp}-{n}.csv")
-    # The rows are written aside before eval.csv loses them.
-    _write_rows(aside, [rows[0]] + later)
-    _write_rows(path, [rows[0]] + [r for r in rows[1:] if kept(r)])
     return aside
 
 
 def _write_rows(path: str, rows: list) -> None:
-    """Writes ``rows`` as CSV atomically (temporary file, fsync, rename)."""
-    with open(path + ".tmp", "w", newline="") as f:
+    """Writes ``rows`` as CSV atomically (temporary file, fsync, rename);
+    a damaged byte read with surrogateescape is written back as it was."""
+    with open(path + ".tmp", "w", newline="", encoding="utf-8",
+              errors="surrogateescape") as f:
         csv.writer(f, lineterminator="\n").writerows(rows)
         f.flush()
         os.fsync(f.fileno())

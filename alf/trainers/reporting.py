@@ -109,12 +109,25 @@ class Reporter:
         those steps again."""
         for name in (*EVALUATIONS.values(), CALIBRATION_CSV):
             aside = set_aside_later_rows(self._root_dir, env_steps, name)
-            if aside:
+            if aside is None:
+                continue
+            if aside.whole:
                 logging.warning(
-                    "%s has evaluations after %d env steps, from training "
-                    "beyond the checkpoint resumed from (or from a run "
-                    "without checkpoint); moved them to %s", name,
-                    env_steps, aside)
+                    "%s is not an evaluation log alf wrote (its first line "
+                    "has no env_steps column: damaged?); moved it whole to "
+                    "%s, and a new one starts", name, aside.path)
+                continue
+            moved = []
+            if aside.later:
+                moved.append(
+                    f"{aside.later} evaluation(s) after {env_steps} env "
+                    "steps, from training beyond the checkpoint resumed "
+                    "from (or from a run without checkpoint)")
+            if aside.unreadable:
+                moved.append(f"{aside.unreadable} row(s) that cannot be "
+                             "read (cut short, or damaged)")
+            logging.warning("%s has %s; moved them to %s", name,
+                            " and ".join(moved), aside.path)
 
     def evaluated(self, env_steps: int) -> bool:
         """Whether ``eval.csv`` holds an evaluation at ``env_steps``."""

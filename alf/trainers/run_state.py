@@ -19,6 +19,7 @@ from alf.config import qualify_saved_selectors
 from alf.trainers.checkpointer import (Checkpointer, aside_name,
                                       describe_mismatch)
 from alf.trainers.episode_stats import EpisodeStats
+from alf.trainers.run_folder import CKPT_DIR
 from alf.utils import distributed
 from alf.utils.errors import AlfError, CheckpointError, ConfigError
 
@@ -78,7 +79,7 @@ class RunState:
         check_best_metric(best_metric, episode_metrics)
         self.root_dir = root_dir
         self._restore_local_state = restore_local
-        self.checkpointer = Checkpointer(os.path.join(root_dir, "ckpt"),
+        self.checkpointer = Checkpointer(os.path.join(root_dir, CKPT_DIR),
                                          max_checkpoints)
         self._algorithm = algorithm
         self._episodes = episodes

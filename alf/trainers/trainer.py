@@ -39,6 +39,7 @@ from alf.trainers.evaluator import (EvaluationStopped, Evaluator,
                                     waited_for)
 from alf.trainers.preemption import Preemption, make_preemption
 from alf.trainers.reporting import Reporter
+from alf.trainers.run_folder import check_run_folder
 from alf.trainers.run_lock import RunLock
 from alf.trainers.run_state import RunState
 from alf.trainers.stop_requests import StopRequests, install_handlers
@@ -142,6 +143,8 @@ class Trainer:
             # Closing under the handlers: a repeated signal must not break
             # off the closing of environments.
             try:
+                if self.is_chief:  # (the command line checked it first)
+                    check_run_folder(self.root_dir)
                 # Inside: a failure half-way through building (an actor or
                 # the evaluator's environment) must still stop the actors
                 # started.

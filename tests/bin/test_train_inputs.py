@@ -273,3 +273,22 @@ def test_the_launchers_flags_under_torchrun_are_refused(tmp_path, flags,
                          text=True, env=env, timeout=110)
     assert_one_line_error(res, said)
     assert_nothing_written(root)
+
+
+def test_train_refuses_a_broken_checkpoint_link_and_writes_nothing(tmp_path):
+    """It used to look like a fresh run: eval.csv's rows went aside, it
+    trained, and failed at its first checkpoint ("File exists")."""
+    import os
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "eval.csv").write_text("env_steps,average_return,"
+                                   "average_episode_length\n512,9.5,9.5\n")
+    os.symlink(tmp_path / "unmounted", root / "ckpt")
+    before = sorted(os.listdir(root))
+    line = assert_one_line_error(run_cli(root))
+    assert line == (
+        f"{PREFIX} {root}/ckpt is a link to {tmp_path}/unmounted, which does "
+        "not exist (storage not mounted?): its checkpoints cannot be read; "
+        "mount it, or remove the link to train afresh")
+    assert sorted(os.listdir(root)) == before
+    assert (root / "eval.csv").read_text().endswith("512,9.5,9.5\n")

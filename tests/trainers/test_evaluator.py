@@ -36,7 +36,9 @@ def _log(root, steps):
 def test_rows_after_the_checkpoint_are_moved_aside(tmp_path):
     _log(tmp_path, [64, 128, 192, 256])
     before = _rows(tmp_path / "eval.csv")
-    aside = set_aside_later_rows(str(tmp_path), 128)
+    moved = set_aside_later_rows(str(tmp_path), 128)
+    assert moved is not None and (moved.later, moved.unreadable) == (2, 0)
+    aside = moved.path
     assert os.path.basename(aside).startswith("eval-discarded-")
     assert _rows(tmp_path / "eval.csv") == before[:3]  # header, 64, 128
     assert _rows(aside) == [before[0]] + before[3:]  # header, 192, 256
@@ -58,9 +60,9 @@ def test_nothing_to_move_changes_nothing(tmp_path):
 
 def test_a_second_set_aside_never_overwrites_the_first(tmp_path):
     _log(tmp_path, [64, 128])
-    first = set_aside_later_rows(str(tmp_path), 64)
+    first = set_aside_later_rows(str(tmp_path), 64).path
     _log(tmp_path, [128])
-    second = set_aside_later_rows(str(tmp_path), 64)
+    second = set_aside_later_rows(str(tmp_path), 64).path
     assert first != second
     assert len(_rows(first)) == len(_rows(second)) == 2
 
@@ -69,9 +71,42 @@ def test_a_row_cut_short_by_a_crash_goes_aside(tmp_path):
     _log(tmp_path, [64, 128])
     with open(tmp_path / "eval.csv", "a") as f:
         f.write("19")  # half a row
-    aside = set_aside_later_rows(str(tmp_path), 128)
-    assert _rows(aside)[1:] == [["19"]]
+    moved = set_aside_later_rows(str(tmp_path), 128)
+    assert (moved.later, moved.unreadable) == (0, 1)
+    assert _rows(moved.path)[1:] == [["19"]]
     assert read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"] == [64, 128]
+
+
+def test_a_damaged_byte_goes_aside_as_it_was_and_the_log_goes_on(tmp_path):
+    """A row with a byte that is not UTF-8 was a UnicodeDecodeError
+    traceback on resuming; it is unreadable, so it goes aside, byte for
+    byte, and rows are appended after it."""
+    _log(tmp_path, [64, 128])
+    path = tmp_path / "eval.csv"
+    with open(path, "ab") as f:
+        f.write(b"192,\xc1\xf9,1.0\n")
+    moved = set_aside_later_rows(str(tmp_path), 192)
+    assert (moved.later, moved.unreadable) == (0, 1)
+    with open(moved.path, "rb") as f:
+        assert f.read().splitlines()[1] == b"192,\xc1\xf9,1.0"
+    _log(tmp_path, [192])
+    append_eval_csv(str(tmp_path), 256, {"average_return": 1.0,
+                                         "new_metric": 3.0})  # rewritten
+    assert read_eval_csv(str(path))["env_steps"] == [64, 128, 192, 256]
+
+
+def test_a_file_without_a_header_goes_aside_whole(tmp_path):
+    """Random bytes where eval.csv was: the resume moved no row and then
+    failed reading its header."""
+    path = tmp_path / "eval.csv"
+    junk = bytes(range(256)) * 2
+    path.write_bytes(junk)
+    moved = set_aside_later_rows(str(tmp_path), 0)
+    assert moved.whole and not path.exists()
+    with open(moved.path, "rb") as f:
+        assert f.read() == junk
+    _log(tmp_path, [64])
+    assert read_eval_csv(str(path))["env_steps"] == [64]
 
 
 def test_a_metric_first_seen_after_a_resume_widens_the_header(tmp_path):
