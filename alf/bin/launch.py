@@ -48,7 +48,7 @@ def _on_stop_signal(signum, frame):
     # training already stopped on an earlier signal and is exiting.
     if process.stop_received():
         return
-    raise SystemExit(process.exit_code_for(signum))
+    process.raise_stop_once(SystemExit(process.exit_code_for(signum)))
 
 
 # Stop signals a rank got before its group formed (`_rank_main`).
@@ -72,7 +72,9 @@ def _stop_if_held() -> None:
         signal.signal(sig, _on_stop_signal)
     signal.signal(signal.SIGINT, process.interrupt_unless_stopping)
     if signum:
-        raise SystemExit(process.exit_code_for(signum))
+        # Once: a signal landing as this unwinds (the launcher forwards
+        # the terminal's) is a repeat.
+        process.raise_stop_once(SystemExit(process.exit_code_for(signum)))
 
 
 def _tell(report, message: tuple) -> None:
@@ -129,15 +131,13 @@ def _rank_main(rank: int, world_size: int, init_file: str, backend: str,
             setup[0](*setup[1])
         with distributed.process_group(rank, world_size, backend, init_file):
             _stop_if_held()
-            try:
-                fn(*args)
-            except TrainingInterrupted:
-                # The stop's checkpoint is saved: a second Ctrl-C to the
-                # launcher need not abort this rank, which is exiting.
-                _tell(report, (time.time(), rank, "saved", ""))
-                raise
+            # The stop's checkpoint is saved: a second Ctrl-C to the
+            # launcher need not abort this rank, which is exiting.
+            process.on_stop_saved(
+                lambda: _tell(report, (time.time(), rank, "saved", "")))
+            fn(*args)
     except TrainingInterrupted as e:
-        if rank == 0:
+        if rank == 0 and not e.said:
             logging.warning("%s", e)
         code = e.exit_code
     except KeyboardInterrupt:  # Ctrl-C before training started: no state
@@ -446,7 +446,7 @@ def launch(fn: Callable, args: Sequence, num_processes: int,
         if rnd.aborted:
             ranks = ", ".join(str(r) for r in rnd.aborted)
             print(f"{prog}: {process.signal_name(rnd.signal)}: rank(s) "
-                  f"{ranks} had not finished their iteration after "
+                  f"{ranks} had not finished stopping after "
                   f"{rnd.aborted_why}; aborted. Unless rank 0 said above "
                   "that it saved the stop's checkpoint (which is then "
                   "whole: checkpoints are renamed into place), this stop "

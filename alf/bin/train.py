@@ -138,7 +138,7 @@ def _train_under_torchrun(root_dir: str) -> int:
                       file=sys.stderr, flush=True)
                 return EXIT_ERROR
     except TrainingInterrupted as e:
-        if rank == 0:
+        if rank == 0 and not e.said:
             logging.warning("%s", e)
         return e.exit_code
     return 0
@@ -274,7 +274,7 @@ class _StartupStopped(BaseException):
 def _stop_starting(signum, frame):
     if process.stop_received():
         return  # training stopped on an earlier signal: it is exiting
-    raise _StartupStopped(signum)
+    process.raise_stop_once(_StartupStopped(signum))
 
 
 def _main() -> int:
@@ -344,7 +344,8 @@ def _main() -> int:
         Trainer(root_dir).train()
         _training_over()
     except TrainingInterrupted as e:
-        logging.warning("%s", e)
+        if not e.said:
+            logging.warning("%s", e)
         return e.exit_code
     except AlfError as e:
         # Under torchrun every rank meets the same bad input (or the same

@@ -136,9 +136,13 @@ class Checkpointer:
         checkpoint at ``env_steps`` atomically, then deletes the rank's
         older ones but the previous, its later ones (from training a
         resumed run discarded), and on rank 0 those of ranks the run no
-        longer has: they can be the size of a replay buffer. The previous
-        one stays for the previous checkpoint, which a resume uses if rank
-        0 fails to write this one (ranks do not wait for each other here).
+        longer has, with rank 0's own of the same step: they can be the
+        size of a replay buffer. The previous one stays for the previous
+        checkpoint, which a resume uses if rank 0 fails to write this one
+        (ranks do not wait for each other here); so does a set saved by
+        more ranks than this run has, whole, as long as rank 0's part does
+        (a run resumed by mistake with fewer processes leaves the set for
+        a resume with as many as saved it).
 
         Raises:
             CheckpointError: as `save`.
@@ -154,7 +158,7 @@ class Checkpointer:
             raise CheckpointError(
                 f"{e}; or train without saving replay buffers "
                 "(TrainerConfig.checkpoint_replay=False)") from e
-        mine = []
+        mine, gone_ranks = [], []
         for old in glob.glob(os.path.join(self.ckpt_dir, "local-*-rank*.pt")):
             m = _LOCAL.match(os.path.basename(old))
             if not m:
@@ -165,9 +169,14 @@ class Checkpointer:
             elif owner == rank:
                 mine.append((steps, old))
             elif rank == 0 and owner >= world_size:
-                _remove_quietly(old)
-        for _, old in sorted(mine)[:-2]:
+                gone_ranks.append((steps, old))
+        mine.sort()
+        for _, old in mine[:-2]:
             _remove_quietly(old)
+        kept = {steps for steps, _ in mine[-2:]}
+        for steps, old in gone_ranks:
+            if steps not in kept:
+                _remove_quietly(old)
         return path
 
     def load_local(self, env_steps: int, rank: int, world_size: int

@@ -540,15 +540,26 @@ class Trainer:
 
     def _interrupted(self, sig: int,
                      path: Optional[str]) -> TrainingInterrupted:
+        """The error a stop whose checkpoint is saved ends with, said now
+        (on rank 0) and told to the launcher (`process.stop_saved`):
+        closing the actors comes next, and a second Ctrl-C meanwhile, which
+        aborts the ranks that have not saved, must neither abort this one
+        nor leave its line unsaid."""
         if self.env_steps >= self.config.num_env_steps:
-            return TrainingInterrupted(
+            error = TrainingInterrupted(
                 f"{process.signal_name(sig)}: the final evaluation at "
                 f"{self.env_steps} env steps was stopped; checkpoint {path} "
                 "saved; run the same command to evaluate it", sig)
-        return TrainingInterrupted(
-            f"{process.signal_name(sig)}: stopped at {self.env_steps} env "
-            f"steps; checkpoint {path} saved; run the same command to "
-            "resume", sig)
+        else:
+            error = TrainingInterrupted(
+                f"{process.signal_name(sig)}: stopped at {self.env_steps} "
+                f"env steps; checkpoint {path} saved; run the same command "
+                "to resume", sig)
+        if self.is_chief:
+            logging.warning("%s", error)
+            error.said = True
+        process.stop_saved()
+        return error
 
     def _make_up_evaluation(self) -> Dict[str, float]:
         """A resumed run evaluates first the checkpoint whose evaluation

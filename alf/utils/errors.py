@@ -66,11 +66,15 @@ class TrainingInterrupted(AlfError):
 
     Attributes:
         exit_code: the shell's convention for the signal (128 + signum).
+        said: whether it was logged already (as the checkpoint was saved,
+            before the run closed its helpers): a catcher that says the
+            error does not say it twice.
     """
 
     def __init__(self, message: str, signum: int = signal.SIGINT):
         super().__init__(message)
         self.exit_code = exit_code_for(signum)
+        self.said = False
 
 
 def one_line(error: BaseException) -> str:

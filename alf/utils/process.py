@@ -8,7 +8,7 @@ import ctypes
 import signal
 import sys
 from multiprocessing import resource_tracker
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 EXIT_OK, EXIT_ERROR = 0, 1
 
@@ -66,14 +66,50 @@ def stop_received() -> int:
     return _stop_received
 
 
+# Called by `stop_saved` (a launcher's rank tells the launcher).
+_stop_saved_hook: Optional[Callable[[], None]] = None
+
+
+def on_stop_saved(hook: Optional[Callable[[], None]]) -> None:
+    """Has `stop_saved` call ``hook`` (None: nothing)."""
+    global _stop_saved_hook
+    _stop_saved_hook = hook
+
+
+def stop_saved() -> None:
+    """Training saved the checkpoint of a stop and is closing: under alf's
+    launcher the rank says so at once, so that a second Ctrl-C does not
+    abort it (only ranks that have not saved are aborted)."""
+    if _stop_saved_hook is not None:
+        _stop_saved_hook()
+
+
+# Whether `raise_stop_once` raised: this process is unwinding to exit.
+_stop_raised = False
+
+
+def raise_stop_once(stop: BaseException) -> None:
+    """Raises ``stop`` (the KeyboardInterrupt or SystemExit of a signal
+    handler before or after training) unless a stop was raised in this
+    process already: it is unwinding to exit, and a repeat (the
+    terminal's Ctrl-C beside the launcher's forward) landing in the
+    clean-up or its one line would break them off with a traceback."""
+    global _stop_raised
+    if _stop_raised:
+        return
+    _stop_raised = True
+    raise stop
+
+
 def interrupt_unless_stopping(signum, frame) -> None:
     """A SIGINT handler for before and after training (the CLI's, a
     launcher rank's): Ctrl-C's KeyboardInterrupt, unless training already
-    stopped on a signal (`stop_received`): then it is a repeat (the
-    terminal's beside the launcher's forward) and the run is exiting."""
+    stopped on a signal (`stop_received`), or a stop was raised already
+    (`raise_stop_once`): then it is a repeat (the terminal's beside the
+    launcher's forward) and the run is exiting."""
     if stop_received():
         return
-    raise KeyboardInterrupt
+    raise_stop_once(KeyboardInterrupt())
 
 
 def stopped_before_training(signum: int) -> str:

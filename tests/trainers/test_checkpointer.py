@@ -310,6 +310,22 @@ def test_a_ranks_local_states_keep_the_newest_two(tmp_path):
         ckpt.load_local(300, 0, 2)
 
 
+def test_a_set_of_more_ranks_stays_whole_while_rank_0s_part_does(tmp_path):
+    """A 2-process run's set resumed by mistake with 1 process: rank 1's
+    part was deleted at once and rank 0's kept, so that a resume with 2
+    again found half a set (both ranks started with empty buffers)."""
+    ckpt = Checkpointer(str(tmp_path))
+    state = {"x": torch.arange(3)}
+    for rank in (0, 1):
+        ckpt.save_local(state, 2816, rank, 2)
+    ckpt.save_local(state, 3072, 0, 1)
+    assert sorted(os.listdir(tmp_path)) == [
+        "local-2816-rank0.pt", "local-2816-rank1.pt", "local-3072-rank0.pt"]
+    ckpt.save_local(state, 3328, 0, 1)  # the set is no longer "previous"
+    assert sorted(os.listdir(tmp_path)) == ["local-3072-rank0.pt",
+                                            "local-3328-rank0.pt"]
+
+
 def test_local_states_from_discarded_training_do_not_count(tmp_path):
     """A run resumed from an older checkpoint (the newest moved aside) left
     its later local states: they counted among the newest two, and the one

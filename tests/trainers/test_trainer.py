@@ -1055,3 +1055,40 @@ def test_a_setting_that_does_nothing_in_this_run_is_warned_of(tmp_path,
     assert (f"PPGAlgorithm.aux_interval=5 exceeds the run's length in "
             f"iterations, 4 (num_env_steps={4 * SPI} at {SPI} per "
             "iteration)") in caplog.text, caplog.text
+
+
+def test_a_stop_says_its_checkpoint_before_the_run_closes(tmp_path,
+                                                          monkeypatch, caplog):
+    """The saved line came after the actors were closed, and a second
+    Ctrl-C meanwhile aborted rank 0 (the launcher had not heard that it
+    saved): the launcher then said "this stop saved none" of a stop that
+    had. It is said, and told (`process.stop_saved`), once the checkpoint
+    is written."""
+    import logging
+
+    from alf.utils import process
+    told = []
+    closed = []
+    monkeypatch.setattr(process, "_stop_saved_hook",
+                        lambda: told.append(ckpt_steps(str(tmp_path))))
+    trainer = Trainer(str(tmp_path), config=tiny_config(
+        unroll_mode="async", num_env_steps=100 * SPI))
+    progress, close = Reporter.log_progress, Trainer._close
+
+    def stop_at_2(self, iteration, env_steps, final):
+        if iteration == 2:
+            trainer.request_stop()
+        return progress(self, iteration, env_steps, final)
+
+    def closing(self, *a, **kw):
+        closed.append("stopped at" in caplog.text)
+        return close(self, *a, **kw)
+
+    monkeypatch.setattr(Reporter, "log_progress", stop_at_2)
+    monkeypatch.setattr(Trainer, "_close", closing)
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(TrainingInterrupted) as info:
+            trainer.train()
+    assert told == [[2 * SPI]]  # after the checkpoint was written
+    assert closed == [True]  # said before closing
+    assert info.value.said and caplog.text.count("stopped at") == 1

@@ -111,3 +111,20 @@ def test_a_stop_while_torch_imports_is_handled_after_it():
     res = subprocess.run([sys.executable, "-c", _IMPORT_UNDER_SIGTERM],
                          capture_output=True, text=True, timeout=50)
     assert res.stdout.split() == ["stopped", "True", "True"], res.stderr
+
+
+def test_a_repeated_stop_signal_raises_once(monkeypatch):
+    """The terminal's Ctrl-C and the launcher's forward reach a starting
+    rank together: the second one landed in the first one's clean-up (its
+    one line) and printed pages of tracebacks."""
+    from alf.bin import launch
+    monkeypatch.setattr(process, "_stop_raised", False)
+    with pytest.raises(SystemExit) as info:
+        launch._on_stop_signal(signal.SIGTERM, None)
+    assert info.value.code == 143
+    # Repeats, of either kind, while it unwinds: nothing raised.
+    process.interrupt_unless_stopping(signal.SIGINT, None)
+    launch._on_stop_signal(signal.SIGTERM, None)
+    monkeypatch.setattr(process, "_stop_raised", False)
+    with pytest.raises(KeyboardInterrupt):
+        process.interrupt_unless_stopping(signal.SIGINT, None)
