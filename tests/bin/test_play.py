@@ -456,5 +456,6 @@ print(opened, len(rows))
     assert res.returncode == 1
     assert res.stderr == (
         f"alf.bin.play: error: checkpoint {run}/ckpt/ckpt-512.pt cannot be "
-        "read (Is a directory); play another (--checkpoint latest, best or "
-        "an env-step count) or with the config it was trained with\n")
+        "read (Is a directory); play another (--checkpoint best or the "
+        "env-step count of another in ckpt/) or with the config it was "
+        "trained with\n")
