@@ -709,8 +709,14 @@ def set_aside_later_rows(root_dir: str, env_steps: int,
     column = rows[0].index("env_steps")
 
     def readable(row) -> bool:
-        return (len(row) == len(rows[0])
-                and all(_number(v) is not None for v in row))
+        # As read_csv_rows reads them: an empty metric is NaN, an empty
+        # or non-finite env_steps no step.
+        if len(row) != len(rows[0]):
+            return False
+        values = [_number(v) for v in row]
+        step = values[column]
+        return (None not in values and step is not None
+                and math.isfinite(step))
 
     def kept(row) -> bool:
         return readable(row) and float(row[column]) <= env_steps

@@ -95,6 +95,15 @@ def test_a_damaged_byte_goes_aside_as_it_was_and_the_log_goes_on(tmp_path):
     assert read_eval_csv(str(path))["env_steps"] == [64, 128, 192, 256]
 
 
+def test_a_row_without_its_env_steps_goes_aside(tmp_path):
+    _log(tmp_path, [0, 64])
+    with open(tmp_path / "eval.csv", "a") as f:
+        f.write(",1.0,1.0\ninf,1.0,1.0\n")
+    moved = set_aside_later_rows(str(tmp_path), 64)
+    assert (moved.later, moved.unreadable) == (0, 2)
+    assert read_eval_csv(str(tmp_path / "eval.csv"))["env_steps"] == [0, 64]
+
+
 def test_a_file_without_a_header_goes_aside_whole(tmp_path):
     """Random bytes where eval.csv was: the resume moved no row and then
     failed reading its header."""
