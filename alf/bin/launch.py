@@ -294,7 +294,17 @@ class _Round:
                 return f"error: {text}", kind == "failure"
             if kind == "crash":
                 return f"rank {rank} failed:\n{text.rstrip()}", True
-            return f"rank {rank} {process.describe_exit(text)}", True
+            said = f"rank {rank} {process.describe_exit(text)}"
+            if text == -signal.SIGABRT:
+                # DDP's own checks cannot see it: the sizes differ only
+                # across ranks, and gloo aborts the process.
+                said += (": gloo aborts a rank whose all-reduce differs in "
+                         "size from its peers' (its reason is printed "
+                         "above): did the ranks use different parameters, "
+                         "or make different calls, in a data-distributed "
+                         "method? (docs/distributed.md, 'Your own "
+                         "algorithm')")
+            return said, True
         secondary = [m for m in self.messages if m[2] == "secondary"]
         if not secondary or self.signal is not None:
             # Under a stop the lost peers are its consequence: a rank

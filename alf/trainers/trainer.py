@@ -115,6 +115,7 @@ class Trainer:
         # iteration whose summaries were written last.
         self._evaluation_due = False
         self._summarized_at = 0
+        self._started_at = 0  # the iteration this process resumed at
         self._stop_requests = StopRequests()
         torch.set_num_threads(self.config.torch_num_threads)
 
@@ -283,7 +284,7 @@ class Trainer:
         self._preemption = make_preemption(cfg, self.rank, self.world_size)
         self._start_collection(env_seed, torch_seed)
         self._reporter.start_clock(self.iteration, self.env_steps)
-        self._summarized_at = self.iteration
+        self._summarized_at = self._started_at = self.iteration
         return True
 
     def _start_collection(self, env_seed: int, torch_seed: int) -> None:
@@ -487,8 +488,13 @@ class Trainer:
             self._summarize(stats)
         self._evaluation_due = final or bool(
             cfg.eval_interval and self.iteration % cfg.eval_interval == 0)
-        if (cfg.sync_check_interval and
-                self.iteration % cfg.sync_check_interval == 0):
+        # Also after the run's first update (a method left undecorated
+        # drifts from it) and before every checkpoint (one saved from
+        # drifted ranks, or a short run's last, would pass unchecked).
+        if cfg.sync_check_interval and (
+                self.iteration % cfg.sync_check_interval == 0
+                or checkpoint_due
+                or self.iteration == self._started_at + 1):
             distributed.check_weights_equal(self.algorithm)
         # Before the evaluation (a calibrating one lasts minutes): a rank
         # killed during it keeps the iteration, and the run resumed from it

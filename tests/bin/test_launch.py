@@ -181,3 +181,15 @@ def test_ranks_that_finish_as_the_stop_comes_exit_0(tmp_path):
         [sys.executable, os.path.join(HERE, "finish_on_stop.py"),
          str(ready)], env, ready, settle=0.0)
     assert out.strip() == "exit 0", out + err
+
+
+def test_a_rank_aborted_by_gloo_is_said_with_its_likely_cause():
+    """Ranks whose data-distributed calls differ in size: gloo aborts one,
+    and "killed by SIGABRT" alone named no cause."""
+    rnd = launch._Round([_Ended(), _Ended()])
+    rnd.deaths = {1: (1.0, -signal.SIGABRT)}
+    said, retry = rnd.cause("10 s")
+    assert said.startswith(
+        "rank 1 was killed by SIGABRT (exit -6): gloo aborts a rank whose "
+        "all-reduce differs in size from its peers'"), said
+    assert retry

@@ -1092,3 +1092,27 @@ def test_a_stop_says_its_checkpoint_before_the_run_closes(tmp_path,
     assert told == [[2 * SPI]]  # after the checkpoint was written
     assert closed == [True]  # said before closing
     assert info.value.said and caplog.text.count("stopped at") == 1
+
+
+def _undecorated(rank, root):
+    from alf.examples.custom_algorithm import ExampleA2C
+
+    class Undecorated(ExampleA2C):
+        def loss(self, exp):  # the example's, without @data_distributed
+            return ExampleA2C.loss.__wrapped__(self, exp)
+
+    Trainer(root, config=tiny_config(algorithm_ctor=Undecorated,
+                                     num_env_steps=20 * SPI)).train()
+
+
+@pytest.mark.timeout(120)
+def test_weights_are_checked_after_the_first_iteration(tmp_path):
+    """An algorithm whose loss is not data-distributed drifts from its
+    first update; checked only every sync_check_interval (50) iterations,
+    a shorter run ended 0 with every rank's own weights."""
+    from distributed_harness import errors, run_ranks
+    said = errors(run_ranks(_undecorated, str(tmp_path), timeout=90),
+                  "DistributedError")
+    assert all(s.startswith("weights differ across ranks") for s in said), \
+        said
+    assert ckpt_steps(str(tmp_path)) == []  # before any checkpoint

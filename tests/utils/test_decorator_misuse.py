@@ -143,3 +143,57 @@ def test_single_process_misuse_still_runs():
     y = m.lin(torch.ones(1, 2)).sum()
     assert torch.equal(m.combine(y, y), 2 * y)
     m.update(torch.ones(1, 2))
+
+
+def test_misuse_is_one_line_and_not_retried():
+    """A TypeError was a traceback, and --max_restarts ran it again."""
+    from alf.utils.errors import AlfError
+
+    @data_distributed
+    def loss(x):
+        return x
+
+    with pytest.raises(AlfError) as info:
+        loss(torch.ones(1))
+    assert isinstance(info.value, TypeError)
+    assert not info.value.retryable
+
+
+class _Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 1, bias=False)
+
+    @data_distributed
+    def loss(self, x):
+        return self.lin(x).sum()
+
+
+class _ListHolder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.own = _Critic()
+        self.critics = [_Critic()]  # a plain list: not a submodule
+
+
+def _unregistered(rank):
+    torch.manual_seed(0)
+    holder = _ListHolder()
+    activate_ddp(holder)
+    holder.own.loss(torch.ones(1, 2))  # registered: through DDP
+    with torch.no_grad():  # nothing to average: no error
+        holder.critics[0].loss(torch.ones(1, 2))
+    holder.critics[0].loss(torch.ones(1, 2))
+
+
+def test_a_decorated_module_not_registered_is_named():
+    """A critic kept in a plain list trained on each rank alone: its
+    weights drifted apart, the run ended 0, and the weight check (of the
+    algorithm's own modules) never saw it."""
+    msgs = errors(run_ranks(_unregistered), "DistributedError")
+    assert msgs[0] == msgs[1] == (
+        "@data_distributed on _Critic.loss: this _Critic was not a submodule "
+        "of the algorithm when training activated DDP (kept in a plain list "
+        "or dict, or made later), so its gradients would not be averaged "
+        "across ranks; make it an attribute, or keep it in an nn.ModuleList "
+        "or nn.ModuleDict, when the algorithm is built")

@@ -27,6 +27,13 @@ class DistributedError(AlfError, RuntimeError):
     retry it."""
 
 
+class DecoratorMisuse(DistributedError, TypeError):
+    """``data_distributed`` put where it cannot work (a static method,
+    ``@data_distributed_when`` without its condition): the code is the
+    input, so it is one line, and a restart would fail the same way. A
+    TypeError too, as Python's own for a misused decorator."""
+
+
 # How torch wraps an error raised in a future's callback (the call-order
 # check runs in the gradient all-reduce's), before the callback's stack.
 _IN_CALLBACK = "Got the following error when running the callback: "

@@ -18,7 +18,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from alf.utils.distributed import unused_parameters
-from alf.utils.distributed.checks import (CallOrderHook, DistributedError,
+from alf.utils.distributed.checks import (CallOrderHook, DecoratorMisuse,
+                                          DistributedError,
                                           call_order_check,
                                           call_order_comm_hook,
                                           call_order_error,
@@ -79,7 +80,7 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
             or ``@data_distributed_when`` without its condition.
     """
     if cond is not None and not callable(cond):
-        raise TypeError(f"data_distributed_when(cond): cond={cond!r} must "
+        raise DecoratorMisuse(f"data_distributed_when(cond): cond={cond!r} must "
                         "be a function of the module (or None)")
 
     def decorator(method, *args, **kwargs):
@@ -87,12 +88,12 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 or not callable(method)):
             # `@data_distributed_when` without (cond): the method became
             # this decorator and is called with the module and its args.
-            raise TypeError(
+            raise DecoratorMisuse(
                 f"{getattr(cond, '__qualname__', cond)} is decorated with "
                 "data_distributed_when itself; write "
                 "@data_distributed_when(cond), cond a function of the module")
         if isinstance(method, (staticmethod, classmethod)):
-            raise TypeError(
+            raise DecoratorMisuse(
                 f"@data_distributed on {type(method).__name__} "
                 f"{method.__func__.__qualname__}: decorate a method of an "
                 "nn.Module (its module's parameters are what DDP averages)")
@@ -101,12 +102,26 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):
             if not isinstance(self, nn.Module):
-                raise TypeError(
+                raise DecoratorMisuse(
                     f"@data_distributed on {name}, called with a "
                     f"{type(self).__name__} first: decorate a method of an "
                     "nn.Module (its module's parameters are what DDP "
                     "averages), not a function")
             state = self.__dict__.get("_alf_ddp")
+            if (state is None and "_alf_ddp" not in self.__dict__
+                    and torch.is_grad_enabled() and is_distributed()):
+                # Never activated (a copy's state is None): its gradients
+                # would stay this rank's, the weights drifting apart
+                # without a word (the weight check sees only the
+                # algorithm's own modules).
+                raise DistributedError(
+                    f"@data_distributed on {name}: this "
+                    f"{type(self).__name__} was not a submodule of the "
+                    "algorithm when training activated DDP (kept in a "
+                    "plain list or dict, or made later), so its gradients "
+                    "would not be averaged across ranks; make it an "
+                    "attribute, or keep it in an nn.ModuleList or "
+                    "nn.ModuleDict, when the algorithm is built")
             if (state is None or not torch.is_grad_enabled()
                     or not is_distributed()):
                 # Without gradients there is nothing to all-reduce, and
