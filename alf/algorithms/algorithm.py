@@ -185,7 +185,11 @@ class Algorithm(nn.Module):
         for group in self._param_groups():
             for p in group["params"]:
                 p.grad = None
-        loss_info.loss.backward()
+        try:
+            loss_info.loss.backward()
+        except RuntimeError as e:
+            from alf.utils.distributed.checks import backward_misuse
+            raise backward_misuse(e, type(self).__name__) from e
         norm = torch.zeros((), device=loss_info.loss.device)
         if max_grad_norm is not None:
             norm = clip_grad_norm(self._param_groups(), max_grad_norm)

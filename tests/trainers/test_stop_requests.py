@@ -75,7 +75,7 @@ def test_under_a_launcher_repeated_signals_are_ignored():
     ("alf.utils.process", "interrupt_unless_stopping", signal.SIGINT,
      "KeyboardInterrupt")])
 def test_a_repeat_after_a_stop_is_not_a_stop_before_training(
-        module, handler, sig, raised):
+        module, handler, sig, raised, monkeypatch):
     """What stands before and after training (the CLI's handler, a launcher
     rank's) ends the process on a stop signal, unless training already
     stopped on one: then the repeat (a torchrun agent's dying threads each
@@ -85,7 +85,11 @@ def test_a_repeat_after_a_stop_is_not_a_stop_before_training(
     import builtins
     import importlib
     cli = importlib.import_module(module)
+    from alf.utils import process
     expected = getattr(cli, raised, None) or getattr(builtins, raised)
+    # Each case is a process of its own: a stop raised once there is not
+    # raised again (`process.raise_stop_once`).
+    monkeypatch.setattr(process, "_stop_raised", False)
     previous = signal.signal(sig, getattr(cli, handler))
     try:
         restore = install_handlers(StopRequests(), 2, is_chief=False)

@@ -197,3 +197,43 @@ def test_a_decorated_module_not_registered_is_named():
         "or dict, or made later), so its gradients would not be averaged "
         "across ranks; make it an attribute, or keep it in an nn.ModuleList "
         "or nn.ModuleDict, when the algorithm is built")
+
+
+
+class _DDPSaysTwice(torch.autograd.Function):
+    """A backward that fails as DDP's does for a data-distributed method
+    called twice before one backward (with its search for unused
+    parameters on: 'auto' turns it on where a first call's outputs hide a
+    parameter in a distribution)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(
+            "Expected to mark a variable ready only once. ... Parameter at "
+            "index 5 with name module.actor.head.bias has been marked as "
+            "ready twice.")
+
+
+def test_a_method_called_twice_before_one_backward_is_one_line():
+    """DDP's traceback, for a policy-and-value method called on the
+    observations and the next observations (measured through the CLI with
+    two ranks: the one line below)."""
+    from alf.algorithms.algorithm import Algorithm
+    from alf.data_structures import LossInfo
+    from alf.utils.distributed import DistributedError
+    alg = Algorithm()
+    alg.net = nn.Linear(2, 1)
+    alg.add_optimizer(torch.optim.SGD(alg.net.parameters(), lr=0.1))
+    loss = _DDPSaysTwice.apply(alg.net(torch.ones(1, 2)))
+    with pytest.raises(DistributedError) as info:
+        alg.update_with_gradient(LossInfo(loss, {}))
+    assert str(info.value).startswith(
+        "Algorithm's backward: a data-distributed method was called more "
+        "than once since the last backward"), str(info.value)
+    from alf.utils.distributed.checks import backward_misuse
+    other = RuntimeError("CUDA out of memory")
+    assert backward_misuse(other, "Algorithm") is other  # as it was

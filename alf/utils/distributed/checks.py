@@ -34,6 +34,21 @@ class DecoratorMisuse(DistributedError, TypeError):
     TypeError too, as Python's own for a misused decorator."""
 
 
+def backward_misuse(error: RuntimeError, owner: str) -> RuntimeError:
+    """``error`` from ``owner``'s backward, as one line where it is DDP's
+    for a data-distributed method called more than once before one
+    backward (its outputs for two batches, a network whose ``forward`` is
+    decorated and called twice); else ``error`` itself."""
+    if "marked as ready twice" not in str(error):
+        return error
+    return DistributedError(
+        f"{owner}'s backward: a data-distributed method was called more "
+        "than once since the last backward, which DDP cannot serve (it "
+        "reduces each parameter's gradient once per backward); make one "
+        "call of it per backward (both batches in one call), or decorate "
+        "the method that computes the whole loss")
+
+
 # How torch wraps an error raised in a future's callback (the call-order
 # check runs in the gradient all-reduce's), before the callback's stack.
 _IN_CALLBACK = "Got the following error when running the callback: "
