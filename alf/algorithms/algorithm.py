@@ -189,7 +189,10 @@ class Algorithm(nn.Module):
             loss_info.loss.backward()
         except RuntimeError as e:
             from alf.utils.distributed.checks import backward_misuse
-            raise backward_misuse(e, type(self).__name__) from e
+            said = backward_misuse(e, type(self).__name__)
+            if said is None:
+                raise
+            raise said from e
         norm = torch.zeros((), device=loss_info.loss.device)
         if max_grad_norm is not None:
             norm = clip_grad_norm(self._param_groups(), max_grad_norm)

@@ -298,12 +298,12 @@ class _Round:
             if text == -signal.SIGABRT:
                 # DDP's own checks cannot see it: the sizes differ only
                 # across ranks, and gloo aborts the process.
-                said += (": gloo aborts a rank whose all-reduce differs in "
-                         "size from its peers' (its reason is printed "
-                         "above): did the ranks use different parameters, "
-                         "or make different calls, in a data-distributed "
-                         "method? (docs/distributed.md, 'Your own "
-                         "algorithm')")
+                said += (": a C++ abort, its reason printed above; where "
+                         "it is gloo's \"Received data size doesn't match "
+                         "expected size\", the ranks' all-reduces differed "
+                         "in size: they used different parameters, or made "
+                         "different calls, in a data-distributed method "
+                         "(docs/distributed.md, 'Your own algorithm')")
             return said, True
         secondary = [m for m in self.messages if m[2] == "secondary"]
         if not secondary or self.signal is not None:

@@ -92,9 +92,9 @@ SPLITS = ("training", "held_out", "calibration")
 #: How to add what recording needs, as the README installs alf.
 VIDEO_INSTALL = ("pip install -c constraints.txt -e '.[video]' in alf's "
                  "checkout")
-# Not "latest": the checkpoint refused may be it.
-PLAY_ADVICE = ("play another (--checkpoint best or the env-step count of "
-               "another in ckpt/) or with the config it was trained with")
+PLAY_ADVICE = ("play another checkpoint than this one (--checkpoint "
+               "latest, best or an env-step count in ckpt/) or with the "
+               "config it was trained with")
 
 
 def checkpoint_path(root_dir: str, which: str) -> str:

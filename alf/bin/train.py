@@ -203,6 +203,7 @@ def main(argv: List[str]) -> int:
     made = bool(root) and not os.path.exists(root)
     # Until training listens for them (or the launcher does), a stop ends
     # the start-up with one line, not a traceback or a silent death.
+    process.forget_stop()  # an earlier call's (main called again)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_starting)
     signal.signal(signal.SIGINT, process.interrupt_unless_stopping)

@@ -489,8 +489,8 @@ class Trainer:
         self._evaluation_due = final or bool(
             cfg.eval_interval and self.iteration % cfg.eval_interval == 0)
         # Also after the run's first update (a method left undecorated
-        # drifts from it) and before every checkpoint (one saved from
-        # drifted ranks, or a short run's last, would pass unchecked).
+        # drifts from it) and before every periodic and final checkpoint
+        # (a short run's last would pass unchecked).
         if cfg.sync_check_interval and (
                 self.iteration % cfg.sync_check_interval == 0
                 or checkpoint_due

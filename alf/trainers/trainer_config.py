@@ -229,7 +229,7 @@ class TrainerConfig:
         sync_check_interval: in distributed training, check every this many
             iterations that parameters and synced buffers are equal on all
             ranks, and after a run's first iteration and before every
-            checkpoint (0: never).
+            periodic and final checkpoint (0: never).
         device: where the algorithm's modules, replay buffers and training
             live: ``auto`` (this rank's GPU under ``--distributed multi-gpu``
             or torchrun with GPUs; otherwise the GPU if one is visible to a

@@ -49,9 +49,12 @@ def note_stop(signum: int) -> None:
 
 def forget_stop() -> None:
     """A new training starts listening: what stopped an earlier one in
-    this process (a library user's loop) is not its stop."""
-    global _stop_received
+    this process (a library user's loop, a second call of the command
+    line's main) is not its stop, nor a stop raised before it
+    (`raise_stop_once`: it did not end the process)."""
+    global _stop_received, _stop_raised
     _stop_received = 0
+    _stop_raised = False
 
 
 def stop_received() -> int:

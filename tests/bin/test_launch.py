@@ -190,6 +190,8 @@ def test_a_rank_aborted_by_gloo_is_said_with_its_likely_cause():
     rnd.deaths = {1: (1.0, -signal.SIGABRT)}
     said, retry = rnd.cause("10 s")
     assert said.startswith(
-        "rank 1 was killed by SIGABRT (exit -6): gloo aborts a rank whose "
-        "all-reduce differs in size from its peers'"), said
+        "rank 1 was killed by SIGABRT (exit -6): a C++ abort, its reason "
+        "printed above; where it is gloo's \"Received data size doesn't "
+        "match expected size\", the ranks' all-reduces differed in size"), \
+        said
     assert retry

@@ -95,7 +95,7 @@ def test_sampling_replays_episode_by_episode(cart_pole_run):
     # fit, both shapes, and what to do (not a traceback).
     (["--gin_param", "ActorDistributionNetwork.hidden_sizes=(32,)"],
      r"checkpoint \S+ does not fit this config \(.*\[.*\].*\[.*\].*\); "
-     r"play another \(--checkpoint"),
+     r"play another checkpoint than this one \(--checkpoint"),
 ])
 def test_bad_inputs_are_one_line_errors(cart_pole_run, args, message):
     res = _play(cart_pole_run, *args)
@@ -456,6 +456,6 @@ print(opened, len(rows))
     assert res.returncode == 1
     assert res.stderr == (
         f"alf.bin.play: error: checkpoint {run}/ckpt/ckpt-512.pt cannot be "
-        "read (Is a directory); play another (--checkpoint best or the "
-        "env-step count of another in ckpt/) or with the config it was "
-        "trained with\n")
+        "read (Is a directory); play another checkpoint than this one "
+        "(--checkpoint latest, best or an env-step count in ckpt/) or with "
+        "the config it was trained with\n")

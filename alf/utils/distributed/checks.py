@@ -5,6 +5,7 @@ the order in which a module's data-distributed methods are called (checked
 at every DDP call by `CallOrderHook`, inside the gradient all-reduce) and
 the weights themselves (`check_weights_equal`, a cross-rank checksum).
 """
+import re
 import zlib
 from typing import List, Optional, Tuple
 
@@ -34,19 +35,24 @@ class DecoratorMisuse(DistributedError, TypeError):
     TypeError too, as Python's own for a misused decorator."""
 
 
-def backward_misuse(error: RuntimeError, owner: str) -> RuntimeError:
-    """``error`` from ``owner``'s backward, as one line where it is DDP's
-    for a data-distributed method called more than once before one
-    backward (its outputs for two batches, a network whose ``forward`` is
-    decorated and called twice); else ``error`` itself."""
-    if "marked as ready twice" not in str(error):
-        return error
+def backward_misuse(error: RuntimeError, owner: str
+                    ) -> Optional[DistributedError]:
+    """One line for ``error`` from ``owner``'s backward where it is DDP's
+    "marked as ready twice": a data-distributed method called more than
+    once before one backward (its outputs for two batches), or a
+    parameter of its module used outside it as well; None for another
+    error."""
+    text = str(error)
+    if "marked as ready twice" not in text:
+        return None
+    named = re.search(r"Parameter at index \d+ with name (\S+)", text)
+    which = f" ({named.group(1)})" if named else ""
     return DistributedError(
-        f"{owner}'s backward: a data-distributed method was called more "
-        "than once since the last backward, which DDP cannot serve (it "
-        "reduces each parameter's gradient once per backward); make one "
-        "call of it per backward (both batches in one call), or decorate "
-        "the method that computes the whole loss")
+        f"{owner}'s backward: DDP reduced a parameter's gradient twice"
+        f"{which}: a data-distributed method was called more than once "
+        "since the last backward (make one call of it per backward, both "
+        "batches in one call), or its module's parameters were also used "
+        "outside it (decorate the method that computes the whole loss)")
 
 
 # How torch wraps an error raised in a future's callback (the call-order

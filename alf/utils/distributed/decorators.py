@@ -40,7 +40,11 @@ def data_distributed(method: Optional[Callable] = None):
     lazily, on the first call; one per module, shared by its decorated
     methods) so that gradients are averaged across ranks in backward. The DDP
     module is cached on the module but is not a submodule: it never enters
-    ``state_dict``. Outside that, the method runs untouched.
+    ``state_dict``. Outside a process group, without gradients, or on a
+    deep copy of an activated module, the method runs untouched; in a
+    group, with gradients, on a module that was never activated (not a
+    submodule of the module activated, or no `activate_ddp` at all), it
+    is refused: its gradients would stay the rank's own.
 
     A method may leave some parameters without gradient (an actor loss
     leaves the critic): the first call of each method finds out and sets DDP
@@ -115,12 +119,14 @@ def data_distributed_when(cond: Optional[Callable[[nn.Module], bool]] = None):
                 # without a word (the weight check sees only the
                 # algorithm's own modules).
                 raise DistributedError(
-                    f"@data_distributed on {name}: this "
+                    f"@data_distributed on {name}, in a group of "
+                    f"{get_world_size()} processes: this "
                     f"{type(self).__name__} was not a submodule of the "
-                    "algorithm when training activated DDP (kept in a "
-                    "plain list or dict, or made later), so its gradients "
-                    "would not be averaged across ranks; make it an "
-                    "attribute, or keep it in an nn.ModuleList or "
+                    "module given to activate_ddp (the algorithm, when "
+                    "training starts; kept in a plain list or dict, or made "
+                    "later), or activate_ddp was never called, so its "
+                    "gradients would not be averaged across ranks; make it "
+                    "an attribute, or keep it in an nn.ModuleList or "
                     "nn.ModuleDict, when the algorithm is built")
             if (state is None or not torch.is_grad_enabled()
                     or not is_distributed()):
