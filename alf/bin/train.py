@@ -66,17 +66,16 @@ def check_root_dir(root_dir: str) -> str:
     Raises:
         AlfError: naming the folder and the reason.
     """
+    from alf.trainers.run_folder import probe_write
+
     root_dir = os.path.abspath(os.path.expanduser(root_dir))
     if os.path.exists(root_dir) and not os.path.isdir(root_dir):
         # makedirs would only say "File exists".
         raise AlfError(f"--root_dir {root_dir} is a file, not a folder; "
                        "choose a folder you can write to")
-    probe = os.path.join(root_dir, f".write-test-{os.getpid()}")
     try:
         os.makedirs(root_dir, exist_ok=True)
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
+        probe_write(root_dir)
     except OSError as e:
         raise AlfError(f"--root_dir {root_dir} is not writable "
                        f"({e.strerror or e}); choose a folder you can write "

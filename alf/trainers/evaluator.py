@@ -714,22 +714,22 @@ def set_aside_later_rows(root_dir: str, env_steps: int,
         if len(row) != len(rows[0]):
             return False
         values = [_number(v) for v in row]
-        step = values[column]
-        return (None not in values and step is not None
-                and math.isfinite(step))
+        return None not in values and math.isfinite(values[column])
 
-    def kept(row) -> bool:
-        return readable(row) and float(row[column]) <= env_steps
-
-    later = [r for r in rows[1:] if not kept(r)]
-    if not later:
+    # Per row: None (kept), "later" or "unreadable".
+    fates = [
+        None if ok and float(r[column]) <= env_steps else
+        "later" if ok else "unreadable"
+        for r, ok in ((r, readable(r)) for r in rows[1:])
+    ]
+    if not any(fates):
         return None
     aside = _aside_path(root_dir, stem)
     # The rows are written aside before eval.csv loses them.
-    _write_rows(aside, [rows[0]] + later)
-    _write_rows(path, [rows[0]] + [r for r in rows[1:] if kept(r)])
-    unreadable = sum(not readable(r) for r in later)
-    return SetAside(aside, len(later) - unreadable, unreadable)
+    _write_rows(aside, [rows[0]] + [r for r, f in zip(rows[1:], fates) if f])
+    _write_rows(path,
+                [rows[0]] + [r for r, f in zip(rows[1:], fates) if not f])
+    return SetAside(aside, fates.count("later"), fates.count("unreadable"))
 
 
 def _aside_path(root_dir: str, stem: str) -> str:

@@ -51,12 +51,23 @@ def check_run_folder(root_dir: str) -> None:
         _check_writable(ckpt)
 
 
-def _check_writable(folder: str) -> None:
+def probe_write(folder: str) -> None:
+    """Writes and removes a file in ``folder``: the only sure test that
+    files can be made there (permission bits say nothing of a read-only
+    mount or an immutable folder).
+
+    Raises:
+        OSError: as the write or the removal raised it.
+    """
     probe = os.path.join(folder, f".write-test-{os.getpid()}")
+    with open(probe, "w"):
+        pass
+    os.remove(probe)
+
+
+def _check_writable(folder: str) -> None:
     try:
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
+        probe_write(folder)
     except OSError as e:
         advice = WRITE_ADVICE.get(e.errno, "make it writable")
         raise AlfError(f"{folder} is not writable ({e.strerror or e}): no "
