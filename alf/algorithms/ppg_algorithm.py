@@ -160,6 +160,10 @@ class PPGAlgorithm(PPOAlgorithm):
             # padded to the buffer's width. Only then, so that checkpoints
             # of the default layout stay loadable.
             self.aux_valid = ReplayBuffer(aux_interval, width)
+        # The version whose weights the actors got before an auxiliary
+        # phase changed them (policy_ready), if any: until the phase ends,
+        # they act with weights the learner no longer has.
+        self._moved_version: Optional[int] = None
 
     def idle_settings(self, config) -> List[str]:
         iterations = -(-config.num_env_steps // config.steps_per_iteration)
@@ -195,9 +199,21 @@ class PPGAlgorithm(PPOAlgorithm):
         if self.aux_buffer.num_steps == self.aux_buffer.capacity:
             if self.policy_ready is not None:
                 self.policy_ready()  # collection need not wait for the phase
+                self._moved_version = self.policy_version + 1
             stats.update(self._auxiliary_phase())
             self.bound_log_std(progress)  # the clone loss moves it too
         return stats
+
+    def _stale(self, exp) -> bool:
+        # A step of the version published before the auxiliary phase may
+        # have acted with that version's pre-phase weights: its stored
+        # log-probability would make target_kl's measure count the phase's
+        # change as this iteration's.
+        versions = exp.policy_version
+        return super()._stale(exp) or (
+            self._moved_version is not None
+            and isinstance(versions, torch.Tensor)
+            and bool((versions == self._moved_version).any()))
 
     def _auxiliary_phase(self):
         data = self.aux_buffer.gather_all()  # [aux_interval, T*B, ...]

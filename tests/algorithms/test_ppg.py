@@ -376,3 +376,35 @@ def test_the_policy_is_ready_before_the_auxiliary_phase():
             assert any(not torch.equal(a, b) for a, b in
                        zip(calls[-1], alg.actor.parameters()))
     assert len(calls) == 2
+
+
+def test_steps_acted_before_the_auxiliary_phase_measure_kl_from_its_end():
+    """Actors got the policy phase's weights (`policy_ready`), labelled
+    with the next version, before the auxiliary phase moved them: target_kl
+    must measure the next iteration's updates from the weights the learner
+    starts it with, not from those acting weights, while the ratio keeps
+    the behaviour log-probability."""
+    alg = _ppg(aux_interval=2)
+    ready = []
+    alg.policy_ready = lambda: ready.append(alg.policy_version + 1)
+
+    def with_version(exp, version):
+        return exp._replace(policy_version=torch.full((T, B), version))
+
+    unrolls = _unrolls(4)
+    for version, exp in enumerate(unrolls[:2]):
+        alg.policy_version = version
+        for t in range(T):
+            alg.store(nest.map_structure(lambda x: x[t],
+                                         with_version(exp, version)))
+        alg.train_iter(0.0)
+    assert ready == [2]  # one auxiliary phase, after unroll 1's policy phase
+    alg.policy_version = 2
+    batch = alg._prepare_batch(with_version(unrolls[2], 2))
+    with torch.no_grad():
+        now = alg.actor(batch.observation).log_prob(batch.action)
+    torch.testing.assert_close(batch.start_log_prob, now)
+    assert torch.all(batch.log_prob == -1.1)  # the behaviour's, kept
+    alg.policy_version = 3  # a version no auxiliary phase moved
+    batch = alg._prepare_batch(with_version(unrolls[3], 3))
+    assert torch.all(batch.start_log_prob == -1.1)
