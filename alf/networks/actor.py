@@ -98,7 +98,9 @@ class ActorDistributionNetwork(nn.Module):
             ``exploration_log_std`` starts at ``init_log_std - log(F) / 2``,
             so the initial std is ``exp(init_log_std)`` times the features'
             root mean square. Takes no ``state_dependent_std`` (its std is
-            always per state).
+            always per state), and no ``TrainerConfig.inference_workers``
+            (their batches' rows are not one environment's from step to
+            step).
     """
 
     # Buffers, registered only with ``squash`` or ``beta`` (the scale:

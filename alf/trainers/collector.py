@@ -368,9 +368,22 @@ class AsyncCollector:
 
         Raises:
             ConfigError: segments (``segment_length``) for an off-policy
-                algorithm.
+                algorithm; inference workers for a policy exploring with
+                gSDE.
         """
         from alf.algorithms.rl_algorithm import OnPolicyAlgorithm
+        gsde = [m for m in algorithm.modules()
+                if getattr(m, "gsde_interval", None) is not None]
+        if self._n_workers and gsde:
+            # gSDE holds its noise per row of the acting batch; a worker's
+            # batch joins whichever actors asked, in any order and number.
+            raise ConfigError(
+                f"TrainerConfig.inference_workers={self._n_workers} acts "
+                "for several actors' environments in one batch whose rows "
+                "change from step to step, and gSDE (ActorDistributionNetwork"
+                f".gsde_interval={gsde[0].gsde_interval}) holds its noise "
+                "per environment: use inference_workers=0 or drop "
+                "gsde_interval")
         if self._seg is not None and not isinstance(algorithm,
                                                     OnPolicyAlgorithm):
             raise ConfigError(
