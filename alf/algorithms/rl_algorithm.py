@@ -99,8 +99,11 @@ class RLAlgorithm(Algorithm):
         Args:
             observation: raw observations [B, ...].
             update: count them in the normaliser's pending statistics,
-                committed at the next `train_iter` (so one unroll is
-                normalised with one set of statistics).
+                committed at the next `train_iter`, so the statistics
+                change only between unrolls (an unroll's first
+                observation, the last one's next observation, was
+                normalised before that commit; training uses each
+                observation as it acted either way).
         """
         # Environments produce CPU tensors; the networks may be on a GPU.
         observation = observation.to(self.device, non_blocking=True)
