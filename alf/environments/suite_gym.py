@@ -153,6 +153,9 @@ _WATCH_POLL_MS = 1000
 class GymEnvironment(BatchedEnvironment):
     """A gymnasium vector env as a `BatchedEnvironment`.
 
+    A ``Discrete(n, start=s)`` action space is seen as ``Discrete(n)``:
+    action ``i`` steps the environment with ``s + i``.
+
     Args:
         vec_env: a gymnasium vector env in same-step autoreset mode.
         clip_action: clip Box actions to the action space's bounds.
@@ -166,8 +169,15 @@ class GymEnvironment(BatchedEnvironment):
     def __init__(self, vec_env: gym.vector.VectorEnv, clip_action=True,
                  seed: Optional[int] = None,
                  episode_info: Optional[Dict[str, str]] = None):
+        space = vec_env.single_action_space
+        # Algorithms act in 0..n-1 (an index of their outputs): a Discrete
+        # space's start is added where the action enters the environment.
+        self._action_start = None
+        if isinstance(space, gym.spaces.Discrete) and int(space.start):
+            self._action_start = int(space.start)
+            space = gym.spaces.Discrete(int(space.n))
         super().__init__(vec_env.num_envs, vec_env.single_observation_space,
-                         vec_env.single_action_space)
+                         space)
         self._env = vec_env
         # A worker died, or a step was abandoned with answers still to
         # come: close kills the workers (gymnasium's would wait for them).
@@ -219,6 +229,8 @@ class GymEnvironment(BatchedEnvironment):
         a = action.cpu().numpy()
         if self._clip is not None:
             a = np.clip(a, *self._clip)
+        if self._action_start is not None:
+            a = a + self._action_start
         vec: Any = self._env  # an AsyncVectorEnv where watched
         obs, reward, terminated, truncated, info = self._call(
             vec.step if self._watch is None else functools.partial(

@@ -576,3 +576,34 @@ def test_a_slowed_environment_is_watched_through(envs):
     slowed.reset(seed=0)
     slowed.step(torch.zeros(2, dtype=torch.long))
     assert len(watch.steps) == 2
+
+
+class _EchoStartEnv(gym.Env):
+    """Discrete(3, start=5) actions; the observation is the last action."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (1, ),
+                                                np.float32)
+        self.action_space = gym.spaces.Discrete(3, start=5)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(int(action)), action
+        return np.array([action], np.float32), 0.0, False, False, {}
+
+
+def test_a_discrete_space_with_a_start_is_offset_into_the_environment(envs):
+    # Algorithms act in 0..n-1; before, those indices reached an
+    # environment whose actions are 5..7 and it stepped with invalid ones.
+    if "alf_test/EchoStart-v0" not in gym.registry:
+        gym.register("alf_test/EchoStart-v0", entry_point=_EchoStartEnv)
+    env = envs("alf_test/EchoStart-v0", num_envs=3, seed=0)
+    assert env.action_space == gym.spaces.Discrete(3)
+    env.reset()
+    ts = env.step(torch.tensor([0, 1, 2]))
+    assert ts.observation[:, 0].tolist() == [5.0, 6.0, 7.0]
