@@ -55,7 +55,9 @@ class DQNAlgorithm(OffPolicyAlgorithm):
     """
 
     supported_action_spaces = (gym.spaces.Discrete, )
-    action_space_hint = "use SACAlgorithm for continuous actions"
+    action_space_hint = {
+        gym.spaces.Box: "use SACAlgorithm or PPOAlgorithm for continuous "
+        "actions"}
 
     num_updates: torch.Tensor
 

@@ -128,8 +128,10 @@ class OffPolicyAlgorithm(RLAlgorithm):
             copies=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
     def example_experience(self, n: int) -> Experience:
-        """Zeros shaped and typed like ``n`` stored transitions."""
-        obs = space_zeros(self.observation_space, n)
+        """Zeros shaped and typed like ``n`` stored transitions (the
+        observations as `observe` gives them: float32)."""
+        obs = nest.map_structure(lambda t: t.float(),
+                                 space_zeros(self.observation_space, n))
         return Experience(obs, space_zeros(self.action_space, n),
                           torch.zeros(n), torch.zeros(n, dtype=torch.bool),
                           torch.zeros(n, dtype=torch.bool), obs,

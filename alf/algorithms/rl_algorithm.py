@@ -1,11 +1,13 @@
 """RL algorithm bases: observation normalisation and on-policy training."""
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
+from typing import (Callable, Dict, Iterator, List, Optional, Tuple, Type,
+                    Union)
 
 import gymnasium as gym
 import torch
 
 from alf.algorithms.algorithm import Algorithm
 from alf.data_structures import Experience
+from alf.networks.encoding import observation_shape
 from alf.replay_buffers import ReplayBuffer
 from alf.utils.errors import ConfigError
 from alf.utils.normalizer import RunningNormalizer
@@ -43,8 +45,9 @@ class RLAlgorithm(Algorithm):
     #: them has nothing to squash onto otherwise).
     needs_bounded_actions: bool = False
     #: Appended to the refusal of an unsupported action space, e.g. the
-    #: algorithm to use instead.
-    action_space_hint: str = ""
+    #: algorithm to use instead: one for every space, or one per kind of
+    #: space refused (``{gym.spaces.Discrete: "use DQNAlgorithm"}``).
+    action_space_hint: Union[str, Dict[Type[gym.Space], str]] = ""
     #: The global `TrainerConfig` sizes this algorithm divides among the
     #: ranks (it reads their ``local_*`` shares): each must be a multiple
     #: of the number of processes (``num_envs`` always is). All of them by
@@ -73,7 +76,8 @@ class RLAlgorithm(Algorithm):
         self.policy_ready: Optional[Callable[[], None]] = None
         if normalize_observations:
             self.observation_normalizer = RunningNormalizer(
-                observation_space.shape)
+                observation_shape(f"{type(self).__name__}.normalize_"
+                                  "observations", observation_space))
 
     @classmethod
     def _check_action_space(cls, action_space: gym.Space, config) -> None:
@@ -82,14 +86,26 @@ class RLAlgorithm(Algorithm):
         if ok and cls.needs_bounded_actions and isinstance(
                 action_space, gym.spaces.Box):
             ok = action_space.is_bounded()
+        # numpy breaks long bounds over lines; the message stays one line.
+        space = " ".join(str(action_space).split())
+        if ok and isinstance(action_space, gym.spaces.Box) and len(
+                action_space.shape) != 1:
+            # A policy's actions are a vector [B, n].
+            raise ConfigError(
+                f"{cls.__name__} acts in one-dimensional Box spaces; "
+                f"{config.env_name} has {space}: give the environment an "
+                "ActionWrapper that takes a vector and reshapes it to "
+                f"{action_space.shape}")
         if ok:
             return
         needed = " or ".join(k.__name__ for k in kinds)
         if cls.needs_bounded_actions:
             needed = "bounded " + needed
-        hint = f"; {cls.action_space_hint}" if cls.action_space_hint else ""
-        # numpy breaks long bounds over lines; the message stays one line.
-        space = " ".join(str(action_space).split())
+        hint = cls.action_space_hint
+        if isinstance(hint, dict):
+            hint = next((h for kind, h in hint.items()
+                         if isinstance(action_space, kind)), "")
+        hint = f"; {hint}" if hint else ""
         raise ConfigError(f"{cls.__name__} needs a {needed} action space; "
                           f"{config.env_name} has {space}{hint}")
 
@@ -107,6 +123,10 @@ class RLAlgorithm(Algorithm):
         """
         # Environments produce CPU tensors; the networks may be on a GPU.
         observation = observation.to(self.device, non_blocking=True)
+        if not observation.is_floating_point():
+            # uint8 images, integer or binary vectors: the networks and the
+            # normaliser compute in float32.
+            observation = observation.float()
         norm = self.observation_normalizer
         if norm is None:
             return observation

@@ -16,7 +16,8 @@ from alf.algorithms.algorithm import (check_learning_rate,
 from alf.algorithms.off_policy_algorithm import (OffPolicyAlgorithm,
                                                  polyak_update, weighted_sum)
 from alf.data_structures import AlgStep, Experience, LossInfo
-from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
+from alf.networks.encoding import (EncodingNetwork, flat_size,
+                                   observation_shape, orthogonal_init)
 from alf.networks.q_network import CriticEnsemble
 from alf.replay_buffers import Replay
 from alf.utils import distributed
@@ -39,7 +40,8 @@ class SquashedGaussianActor(nn.Module):
                  hidden_sizes: Sequence[int] = (256, 256),
                  activation: str = "relu"):
         super().__init__()
-        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+        self.encoder = EncodingNetwork(observation_shape(
+            type(self).__name__, observation_space), hidden_sizes,
                                        activation, owner=type(self).__name__)
         self.action_dim = flat_size(action_space)
         self.head = orthogonal_init(
@@ -98,7 +100,11 @@ class SACAlgorithm(OffPolicyAlgorithm):
 
     supported_action_spaces = (gym.spaces.Box, )
     needs_bounded_actions = True
-    action_space_hint = "use DQNAlgorithm for discrete actions"
+    action_space_hint = {
+        gym.spaces.Discrete: "use DQNAlgorithm or PPOAlgorithm for discrete "
+        "actions",
+        gym.spaces.Box: "SAC squashes its actions into the Box's bounds: "
+        "give the environment finite ones, or use PPOAlgorithm"}
 
     _action_scale: torch.Tensor
     _action_center: torch.Tensor

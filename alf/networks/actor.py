@@ -10,7 +10,8 @@ from torch import nn
 
 from alf.networks.distributions import (Beta, Categorical, DiagGaussian,
                                         TanhGaussian)
-from alf.networks.encoding import EncodingNetwork, flat_size, orthogonal_init
+from alf.networks.encoding import (EncodingNetwork, flat_size,
+                                   observation_shape, orthogonal_init)
 from alf.utils.errors import ConfigError
 
 # Where a state-dependent log std is clamped: std from 0.007 to 7.4.
@@ -133,7 +134,8 @@ class ActorDistributionNetwork(nn.Module):
                 "ActorDistributionNetwork.gsde_interval explores a Gaussian "
                 "with a std per state of its own; it takes neither beta=True "
                 "nor state_dependent_std=True")
-        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+        self.encoder = EncodingNetwork(observation_shape(
+            type(self).__name__, observation_space), hidden_sizes,
                                        activation, conv_layers,
                                        owner=type(self).__name__)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)

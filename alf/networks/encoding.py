@@ -1,14 +1,15 @@
 """Multi-layer perceptron encoders with orthogonal initialisation."""
 import math
-from typing import Sequence
+from typing import Sequence, Tuple
 
 import gin
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alf.utils.errors import ConfigError
+from alf.utils.errors import ConfigError, one_line
 
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": F.elu,
                 "silu": F.silu, "gelu": F.gelu}
@@ -71,6 +72,31 @@ def linear_chain(x: torch.Tensor, layers, activation,
         if activate_last or i < last:
             x = activation(x)
     return x
+
+
+def observation_shape(owner: str, space) -> Tuple[int, ...]:
+    """The shape of one observation of ``space``, which ``owner``'s layers
+    take: arrays of at least one dimension (a Box, MultiBinary or
+    MultiDiscrete space; integer ones are read as float32).
+
+    Raises:
+        ConfigError: for a space of no such shape (Dict, Tuple, Discrete,
+            a Box of shape ()), naming it and the wrapper that flattens it.
+    """
+    shape = getattr(space, "shape", None)
+    if isinstance(space, _ARRAY_SPACES) and shape and len(shape) >= 1:
+        return tuple(shape)
+    text = " ".join(str(space).split())  # numpy breaks long bounds
+    raise ConfigError(
+        f"{owner} takes observations that are arrays of at least one "
+        f"dimension (a Box, MultiBinary or MultiDiscrete space); the "
+        f"environment's space is {text}: flatten it with "
+        "gymnasium.wrappers.FlattenObservation (a Discrete one becomes "
+        "one-hot)")
+
+
+_ARRAY_SPACES = (gym.spaces.Box, gym.spaces.MultiBinary,
+                 gym.spaces.MultiDiscrete)
 
 
 def flat_size(space) -> int:
@@ -137,7 +163,18 @@ class EncodingNetwork(nn.Module):
             self.conv = nn.Sequential(*convs)
             with torch.no_grad():
                 probe = torch.zeros((1, ) + input_shape).permute(0, 3, 1, 2)
-                input_size = self.conv(probe).numel()
+                try:
+                    input_size = self.conv(probe).numel()
+                except RuntimeError as e:
+                    # e.g. "Kernel size can't be greater than actual input
+                    # size": a stack for larger images, or a channels-first
+                    # image read as (H, W, C).
+                    raise ConfigError(
+                        f"{owner}.conv_layers={tuple(conv_layers)!r} do not "
+                        f"fit an image of shape {input_shape} read as (H, W, "
+                        f"C), channels last ({one_line(e)}): use smaller "
+                        "kernels or strides, or give the image channels "
+                        "last") from e
         else:
             input_size = int(np.prod(input_shape))
         self.layers = nn.ModuleList()

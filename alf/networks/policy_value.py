@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from alf.networks.actor import ActorDistributionNetwork, PerDimension
-from alf.networks.encoding import check_hidden_sizes, orthogonal_init
+from alf.networks.encoding import (check_hidden_sizes, observation_shape,
+                                   orthogonal_init)
 
 
 @gin.configurable
@@ -39,6 +40,7 @@ class DisjointPolicyValueNetwork(nn.Module):
                  gsde_interval: Optional[int] = None):
         super().__init__()
         check_hidden_sizes(type(self).__name__, hidden_sizes)
+        observation_shape(type(self).__name__, observation_space)
         self.actor = ActorDistributionNetwork(observation_space, action_space,
                                               hidden_sizes, activation,
                                               init_log_std, conv_layers,

@@ -3,12 +3,14 @@ import math
 from typing import Sequence
 
 import gin
+import numpy as np
 import torch
 from torch import nn
 
 from alf.networks.encoding import (EncodingNetwork, check_hidden_sizes,
                                    flat_size, get_activation, init_layer,
-                                   linear_chain, orthogonal_init)
+                                   linear_chain, observation_shape,
+                                   orthogonal_init)
 
 
 @gin.configurable
@@ -29,7 +31,8 @@ class QNetwork(nn.Module):
                  activation: str = "relu", conv_layers: Sequence = (),
                  init: str = "torch"):
         super().__init__()
-        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+        self.encoder = EncodingNetwork(observation_shape(
+            type(self).__name__, observation_space), hidden_sizes,
                                        activation, conv_layers, init,
                                        owner=type(self).__name__)
         self.head = init_layer(
@@ -63,7 +66,9 @@ class CriticEnsemble(nn.Module):
         check_hidden_sizes(type(self).__name__, hidden_sizes)
         self.num_critics = num_critics
         self._activation = get_activation(activation)
-        sizes = [flat_size(observation_space) + flat_size(action_space),
+        obs_size = int(np.prod(observation_shape(type(self).__name__,
+                                                 observation_space)))
+        sizes = [obs_size + flat_size(action_space),
                  *hidden_sizes, 1]
         self.critics = nn.ModuleList()
         for _ in range(num_critics):

@@ -5,7 +5,8 @@ import gin
 import torch
 from torch import nn
 
-from alf.networks.encoding import EncodingNetwork, orthogonal_init
+from alf.networks.encoding import (EncodingNetwork, observation_shape,
+                                   orthogonal_init)
 
 
 @gin.configurable
@@ -23,7 +24,8 @@ class ValueNetwork(nn.Module):
     def __init__(self, observation_space, hidden_sizes: Sequence[int] = (64, 64),
                  activation: str = "tanh", conv_layers: Sequence = ()):
         super().__init__()
-        self.encoder = EncodingNetwork(observation_space.shape, hidden_sizes,
+        self.encoder = EncodingNetwork(observation_shape(
+            type(self).__name__, observation_space), hidden_sizes,
                                        activation, conv_layers,
                                        owner=type(self).__name__)
         self.head = orthogonal_init(nn.Linear(self.encoder.output_size, 1), 1.0)

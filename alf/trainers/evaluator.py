@@ -714,7 +714,9 @@ def set_aside_later_rows(root_dir: str, env_steps: int,
         if len(row) != len(rows[0]):
             return False
         values = [_number(v) for v in row]
-        return None not in values and math.isfinite(values[column])
+        step = values[column]
+        return (None not in values and step is not None
+                and math.isfinite(step))
 
     # Per row: None (kept), "later" or "unreadable".
     fates = [

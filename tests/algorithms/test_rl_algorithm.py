@@ -57,3 +57,64 @@ def test_bounded_actions_and_a_one_line_message_for_long_bounds():
     with pytest.raises(ConfigError) as info:
         _Bounded(OBS, gym.spaces.Box(low, np.inf), _config())
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("algorithm, space, hint", [
+    ("SACAlgorithm", gym.spaces.Discrete(3), "use DQNAlgorithm or "
+     "PPOAlgorithm for discrete actions"),
+    ("SACAlgorithm", gym.spaces.Box(-np.inf, np.inf, (2, )),
+     "give the environment finite ones, or use PPOAlgorithm"),
+    ("SACAlgorithm", gym.spaces.Tuple((gym.spaces.Discrete(2), )), None),
+    ("DQNAlgorithm", gym.spaces.Box(-1, 1, (2, )), "use SACAlgorithm or "
+     "PPOAlgorithm for continuous actions"),
+    ("DQNAlgorithm", gym.spaces.MultiDiscrete([2, 3]), None)])
+def test_the_hint_fits_the_refused_space(algorithm, space, hint):
+    """SAC on an unbounded Box used to be told to use DQN, and DQN on
+    MultiDiscrete to use SAC."""
+    import alf.algorithms as algorithms
+    cls = getattr(algorithms, algorithm)
+    config = TrainerConfig(algorithm_ctor=cls, env_name="Toy-v0",
+                           num_envs=2, unroll_length=2, minibatch_size=4,
+                           initial_collect_steps=4,
+                           replay_buffer_capacity=8)
+    with pytest.raises(ConfigError) as info:
+        cls._check_action_space(space, config)
+    message = one_line(info.value)
+    assert message.startswith(f"{algorithm} needs a ")
+    if hint is None:
+        assert message.endswith(" ".join(str(space).split()))
+    else:
+        assert message.endswith(hint)
+
+
+@pytest.mark.parametrize("algorithm", ["PPOAlgorithm", "SACAlgorithm"])
+def test_a_box_action_of_more_than_one_dimension_is_one_line(algorithm):
+    """It used to fail in the environment's clip (PPO: "operands could not
+    be broadcast") or in the critics (SAC)."""
+    import alf.algorithms as algorithms
+    cls = getattr(algorithms, algorithm)
+    with pytest.raises(ConfigError) as info:
+        cls._check_action_space(gym.spaces.Box(-1, 1, (2, 2)), _config())
+    assert one_line(info.value).startswith(
+        f"{algorithm} acts in one-dimensional Box spaces; Toy-v0 has Box(")
+    assert one_line(info.value).endswith("reshapes it to (2, 2)")
+
+
+def test_integer_observations_are_float32_for_the_networks_and_replay():
+    """A uint8 image or an integer vector used to fail in the first layer
+    ("mat1 and mat2 must have the same dtype")."""
+    import torch
+    from alf.algorithms import SACAlgorithm
+    space = gym.spaces.Box(0, 255, (3, ), dtype=np.uint8)
+    ppo = PPOAlgorithm(space, gym.spaces.Discrete(2), _config(),
+                       normalize_observations=True)
+    raw = torch.tensor([[0, 128, 255], [1, 2, 3]], dtype=torch.uint8)
+    obs = ppo.observe(raw)
+    assert obs.dtype == torch.float32
+    ppo.actor(obs)
+    config = TrainerConfig(algorithm_ctor=SACAlgorithm, num_envs=2,
+                           unroll_length=1, minibatch_size=4,
+                           initial_collect_steps=4, replay_buffer_capacity=8)
+    sac = SACAlgorithm(space, gym.spaces.Box(-1, 1, (1, )),
+                       config.per_rank(1))
+    assert sac.example_experience(2).observation.dtype == torch.float32

@@ -64,3 +64,55 @@ def test_a_hidden_size_below_1_is_refused_naming_the_network(ctor, name,
         f"{name}.hidden_sizes={bad!r}; every layer "
                                "size must be a positive integer, e.g. "
                                "(64, 64)")
+
+
+def _networks():
+    from alf.networks.actor import ActorDistributionNetwork
+    from alf.networks.policy_value import DisjointPolicyValueNetwork
+    from alf.networks.q_network import CriticEnsemble
+    from alf.networks.value import ValueNetwork
+    from alf.algorithms.sac_algorithm import SquashedGaussianActor
+    box = gym.spaces.Box(-1, 1, (2, ))
+    return {
+        "ActorDistributionNetwork": lambda o: ActorDistributionNetwork(
+            o, gym.spaces.Discrete(2)),
+        "DisjointPolicyValueNetwork": lambda o: DisjointPolicyValueNetwork(
+            o, gym.spaces.Discrete(2)),
+        "ValueNetwork": ValueNetwork,
+        "QNetwork": lambda o: QNetwork(o, gym.spaces.Discrete(2)),
+        "CriticEnsemble": lambda o: CriticEnsemble(o, box),
+        "SquashedGaussianActor": lambda o: SquashedGaussianActor(o, box)}
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Discrete(5), gym.spaces.Box(-1, 1, ()),
+    gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2, ))}),
+    gym.spaces.Tuple((gym.spaces.Discrete(2), ))], ids=str)
+@pytest.mark.parametrize("name", list(_networks()))
+def test_an_observation_space_without_an_array_shape_is_one_line(name,
+                                                                 space):
+    """These used to fail inside the layers (IndexError, or gin's
+    "'NoneType' object is not iterable")."""
+    with pytest.raises(ConfigError) as info:
+        _networks()[name](space)
+    message = str(info.value).splitlines()[0]
+    assert message.startswith(f"{name} takes observations that are arrays")
+    assert "FlattenObservation" in message
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(0, 255, (4, ), dtype="uint8"),
+    gym.spaces.MultiBinary(4), gym.spaces.MultiDiscrete([3, 3, 3, 3])],
+    ids=str)
+def test_integer_observation_spaces_build_networks(space):
+    for build in _networks().values():
+        build(space)
+
+
+def test_conv_layers_that_do_not_fit_the_image_are_one_line():
+    with pytest.raises(ConfigError, match=r"^ValueNetwork.conv_layers="
+                       r"\(\(8, 8, 4\),\) do not fit an image of shape "
+                       r"\(3, 16, 16\) read as \(H, W, C\), channels last"):
+        from alf.networks.value import ValueNetwork
+        ValueNetwork(gym.spaces.Box(0, 1, (3, 16, 16)),
+                     conv_layers=((8, 8, 4), ))
