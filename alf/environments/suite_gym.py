@@ -37,6 +37,10 @@ __all__ = ["load", "GymEnvironment", "check_env_id"]
 
 def check_env_id(env_name: str) -> None:
     """Raises `AlfError` naming close matches if ``env_name`` is unknown."""
+    if not isinstance(env_name, str):
+        raise AlfError(f"environment id {env_name!r} is not a string; give "
+                       "a registered gymnasium id, e.g. "
+                       "TrainerConfig.env_name=\"CartPole-v1\"")
     if env_name in gym.registry:
         return
     close = difflib.get_close_matches(env_name, list(gym.registry), n=5)
@@ -444,9 +448,28 @@ def load(env_name: str,
     kw: Dict[str, Any] = dict(autoreset_mode=AutoresetMode.SAME_STEP)
     # An actor process is itself the environments' worker.
     vec: gym.vector.VectorEnv
-    if asynchronous and not in_environment_process():
-        with process.run_signals_held():  # the workers' start-up
-            vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
-    else:
-        vec = SyncVectorEnv(env_fns, **kw)
+    try:
+        if asynchronous and not in_environment_process():
+            with process.run_signals_held():  # the workers' start-up
+                vec = AsyncVectorEnv(env_fns, context="spawn", **kw)
+        else:
+            vec = SyncVectorEnv(env_fns, **kw)
+    except AlfError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the environment's own
+        raise _not_built(env_name, e) from e
     return GymEnvironment(vec, clip_action=clip_action, seed=seed)
+
+
+def _not_built(env_name: str, error: Exception) -> AlfError:
+    """One line for an environment whose construction raised (gymnasium
+    builds one in this process even for ``AsyncVectorEnv``, to read its
+    spaces): a missing extra, or the constructor's own failure, whose
+    traceback is logged."""
+    what = f"{type(error).__name__}: {one_line(error)}"
+    if isinstance(error, gym.error.DependencyNotInstalled):
+        return AlfError(f"environment {env_name} cannot be built: {what}")
+    logging.error("building environment %s raised:", env_name,
+                  exc_info=error)
+    return AlfError(f"environment {env_name} could not be built: {what} "
+                    "(its traceback is logged above)")

@@ -1,6 +1,7 @@
 """Bad inputs through the training CLI (issue 11): each gives one stderr line
 ``alf.bin.train: error: ...`` naming the value, exit code 1, and nothing
 written under --root_dir."""
+import os
 import re
 import subprocess
 
@@ -232,6 +233,21 @@ def test_segments_for_an_off_policy_algorithm_are_refused_before_writing(
         "TrainerConfig.segment_length": "8"}),
         "TrainerConfig.segment_length=8 is for on-policy algorithms; "
         "DQNAlgorithm")
+
+
+@pytest.mark.timeout(120)
+def test_an_environment_that_cannot_be_built_is_one_line(tmp_path):
+    """It was gymnasium's traceback (LunarLander-v3 without Box2D), and the
+    new root dir stayed behind, empty."""
+    root = tmp_path / "run"
+    here = os.path.dirname(os.path.abspath(__file__))  # the module's
+    res = run_cli(root, "ppo_cart_pole.gin", cwd=here, extra=[
+        "--gin_param", "import needs_extra_env", "--gin_param",
+        'TrainerConfig.env_name="alf_test/NeedsExtra-v0"'])
+    assert_one_line_error(
+        res, "environment alf_test/NeedsExtra-v0 cannot be built: "
+        "DependencyNotInstalled: Box2D is not installed")
+    assert not root.exists()
 
 
 @pytest.mark.timeout(120)

@@ -607,3 +607,28 @@ def test_a_discrete_space_with_a_start_is_offset_into_the_environment(envs):
     env.reset()
     ts = env.step(torch.tensor([0, 1, 2]))
     assert ts.observation[:, 0].tolist() == [5.0, 6.0, 7.0]
+
+
+class _BrokenInit(gym.Env):
+
+    def __init__(self):
+        raise RuntimeError("my simulator failed to start")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_environment_whose_constructor_raises_is_one_line(asynchronous):
+    # gymnasium builds one in this process for AsyncVectorEnv too.
+    if "alf_test/BrokenInit-v0" not in gym.registry:
+        gym.register("alf_test/BrokenInit-v0", entry_point=_BrokenInit)
+    with pytest.raises(AlfError, match=r"^environment alf_test/BrokenInit-v0"
+                       r" could not be built: RuntimeError: my simulator "
+                       r"failed to start \(its traceback is logged above\)"):
+        suite_gym.load("alf_test/BrokenInit-v0", num_envs=2,
+                       asynchronous=asynchronous)
+
+
+@pytest.mark.parametrize("bad", [None, 5])
+def test_an_environment_id_that_is_not_a_string_is_one_line(bad):
+    with pytest.raises(AlfError, match=rf"^environment id {bad} is not a "
+                       "string"):
+        suite_gym.load(bad)
