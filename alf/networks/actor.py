@@ -64,6 +64,10 @@ class ActorDistributionNetwork(nn.Module):
             `EncodingNetwork`).
         squash: Box actions: a `TanhGaussian` onto the bounds instead of
             a Gaussian that the environment clips (needs finite bounds).
+            That Gaussian's mean is the head's output plus the Box's
+            centre (where both bounds are finite), so it starts in the
+            middle of a Box such as [5, 6]; its std is not scaled to the
+            Box's width (``init_log_std`` sets it).
         state_dependent_std: Box actions: the log std is ``log_std`` plus a
             linear head on the features (initialised near zero, so every
             state starts at ``init_log_std``), clamped to
@@ -105,10 +109,11 @@ class ActorDistributionNetwork(nn.Module):
     """
 
     # Buffers, registered only with ``squash`` or ``beta`` (the scale:
-    # ``beta``).
+    # ``beta``), and for a Gaussian in a Box whose centre is not 0.
     action_low: torch.Tensor
     action_high: torch.Tensor
     concentration_scale: torch.Tensor
+    action_center: torch.Tensor  # a Gaussian's, in a Box not centred on 0
 
     def __init__(self, observation_space, action_space,
                  hidden_sizes: Sequence[int] = (64, 64),
@@ -179,6 +184,13 @@ class ActorDistributionNetwork(nn.Module):
             if self.beta:
                 # A number stays a scalar: checkpoints keep their shape.
                 self.register_buffer("concentration_scale", scale)
+            center = _box_center(action_space)
+            if not (squash or beta) and bool(center.any()):
+                # The Gaussian's mean starts at 0: in a Box such as [5, 6]
+                # every sample was clipped to one bound, and its reward said
+                # nothing of the mean. Only where a centre is not 0, so that
+                # symmetric boxes keep their checkpoints' keys.
+                self.register_buffer("action_center", center)
         else:
             raise ValueError(f"unsupported action space {action_space}; "
                              "valid: Discrete or Box")
@@ -196,7 +208,15 @@ class ActorDistributionNetwork(nn.Module):
             self.std_head = orthogonal_init(
                 nn.Linear(self.encoder.output_size, out), 0.01)
 
+    @property
+    def _centered(self) -> bool:
+        return "action_center" in self._buffers
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "action_center"
+        if self._centered and key not in state_dict:
+            # Saved before Gaussians were centred in their Box.
+            state_dict[key] = self.action_center.clone()
         key = prefix + "concentration_scale"
         if self.beta and key not in state_dict:
             # A checkpoint from before the scale was kept: it trained with
@@ -251,6 +271,8 @@ class ActorDistributionNetwork(nn.Module):
             return Beta(alpha * self.concentration_scale,
                         beta * self.concentration_scale, self.action_low,
                         self.action_high)
+        if self._centered:
+            out = out + self.action_center
         if self.gsde_interval is not None:
             return self._gsde_distribution(out, features.detach())
         log_std = self.log_std
@@ -288,6 +310,14 @@ class ActorDistributionNetwork(nn.Module):
             self._gsde_draws, self._gsde_left = draws, self.gsde_interval
         self._gsde_left -= 1
         return draws
+
+
+def _box_center(space: gym.spaces.Box) -> torch.Tensor:
+    """The middle of each dimension's bounds (0 where one is infinite)."""
+    low = torch.as_tensor(space.low, dtype=torch.float64).flatten()
+    high = torch.as_tensor(space.high, dtype=torch.float64).flatten()
+    finite = torch.isfinite(low) & torch.isfinite(high)
+    return torch.where(finite, (low + high) / 2, 0.0).float()
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:

@@ -22,3 +22,27 @@ def test_every_parameter_has_row_major_strides(dims, kw):
         OBS, gym.spaces.Box(-1, 1, (dims, )), hidden_sizes=(8, ), **kw)
     for name, p in net.named_parameters():
         assert p.stride() == torch.empty(p.shape).stride(), (name, p.stride())
+
+
+@pytest.mark.parametrize("kw", [{}, {"gsde_interval": 4}])
+def test_a_gaussian_starts_at_the_centre_of_its_box(kw):
+    """In [0, 1] x [5, 6] the mean started at 0: every sample of the second
+    dimension was clipped to 5, and PPO never learned it."""
+    import numpy as np
+    torch.manual_seed(0)
+    box = gym.spaces.Box(np.array([0.0, 5.0, -np.inf], np.float32),
+                         np.array([1.0, 6.0, np.inf], np.float32))
+    net = ActorDistributionNetwork(OBS, box, hidden_sizes=(8, ), **kw)
+    obs = torch.rand(64, 3) * 2 - 1
+    mode = net(obs).mode()
+    torch.testing.assert_close(mode.mean(0), torch.tensor([0.5, 5.5, 0.0]),
+                               atol=0.05, rtol=0)
+    # Symmetric boxes keep their state dicts (and checkpoints) as they were.
+    plain = ActorDistributionNetwork(OBS, gym.spaces.Box(-2, 2, (2, )),
+                                     hidden_sizes=(8, ), **kw)
+    assert "action_center" not in plain.state_dict()
+    # A checkpoint saved before the centre was kept still loads.
+    state = net.state_dict()
+    del state["action_center"]
+    net.load_state_dict(state)
+    torch.testing.assert_close(net(obs).mode(), mode)
