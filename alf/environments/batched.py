@@ -23,6 +23,11 @@ one of the methods. Optional, with defaults: `episode_info` (no per-episode
 metrics), `render` (raises `AlfError`), and for environments that step in
 worker processes `worker_pids` and `watch` (a lock-step trainer then names a
 worker that hangs, and a stop does not wait for it forever).
+
+Training checks each `TimeStep` of a reset or step (`check_time_step`):
+reward float [num_envs], terminated and truncated bool [num_envs], an
+observation tensor's first dimension num_envs; a field of another shape or
+kind stops the run in one line naming the suite and the field.
 """
 import abc
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -34,7 +39,8 @@ import torch
 from alf.data_structures import TimeStep
 from alf.utils.errors import AlfError, ConfigError
 
-__all__ = ["BatchedEnvironment", "StepWatch", "check_environment"]
+__all__ = ["BatchedEnvironment", "StepWatch", "check_environment",
+           "check_time_step"]
 
 
 class StepWatch:
@@ -157,6 +163,38 @@ class BatchedEnvironment(abc.ABC):
         """
         raise AlfError(f"{type(self).__name__} environments do not render "
                        "frames; play without --record_file")
+
+
+def check_time_step(env: BatchedEnvironment, ts: TimeStep,
+                    call: str = "step") -> TimeStep:
+    """Returns ``ts`` if its fields have the interface's shapes: a suite's
+    mistake (a reward of shape [B, 1]) otherwise fails far away, in
+    episode statistics or in a loss, with a traceback.
+
+    Raises:
+        AlfError: naming the suite's class, the field, what it is and what
+            it must be.
+    """
+    n = env.num_envs
+    for name, kind in (("reward", "float"), ("terminated", "bool"),
+                       ("truncated", "bool")):
+        value = getattr(ts, name)
+        if (isinstance(value, torch.Tensor) and value.shape == (n, )
+                and (value.dtype == torch.bool) == (kind == "bool")):
+            continue
+        what = (f"shape {tuple(value.shape)}, {value.dtype}" if isinstance(
+            value, torch.Tensor) else f"a {type(value).__name__}")
+        raise AlfError(
+            f"{type(env).__name__}.{call} returned TimeStep.{name} of {what}; "
+            f"it must be a {kind} tensor of shape [num_envs] = [{n}] (see "
+            "alf.environments.batched)")
+    obs = ts.observation
+    if isinstance(obs, torch.Tensor) and obs.shape[:1] != (n, ):
+        raise AlfError(
+            f"{type(env).__name__}.{call} returned TimeStep.observation of "
+            f"shape {tuple(obs.shape)}; its first dimension must be num_envs "
+            f"({n})")
+    return ts
 
 
 def check_environment(env, load_fn: Callable) -> BatchedEnvironment:

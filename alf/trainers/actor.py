@@ -46,7 +46,7 @@ from absl import logging
 
 from alf import nest
 from alf.data_structures import AlgStep, Experience
-from alf.environments.batched import check_environment
+from alf.environments.batched import check_environment, check_time_step
 
 
 def actor_main(conn, gin_config: str, config, env_spec, num_envs: int,
@@ -326,7 +326,8 @@ class _Actor:
 
     def _loop(self, env_seed: int, unroll: int) -> None:
         alg, env = self._alg, self._env
-        obs = alg.observe(env.reset(seed=env_seed).observation)
+        obs = alg.observe(check_time_step(env, env.reset(seed=env_seed),
+                                          "reset").observation)
         names = tuple(env.episode_info)
         nan = torch.full((env.num_envs, ), float("nan"))
         versions = (-1, nan)  # (version, its column of policy versions)
@@ -350,7 +351,7 @@ class _Actor:
             if timed:
                 since_cpu = cpu()
             since = clock()
-            ts = env.step(step.output)
+            ts = check_time_step(env, env.step(step.output))
             stepping += clock() - since
             if timed:
                 stepping_cpu += cpu() - since_cpu

@@ -56,7 +56,7 @@ import gymnasium as gym
 import torch
 
 from alf import nest
-from alf.environments.batched import BatchedEnvironment
+from alf.environments.batched import BatchedEnvironment, check_time_step
 from alf.environments.suite_gym import EnvironmentWorkerDied
 from alf.trainers.actor import (actor_main, decode, encode,
                                 raise_reported, transition)
@@ -169,7 +169,8 @@ class SyncCollector:
             # its engine) must not set the steps' stop limit.
             self._env.watch(WorkerWatch(pids, name, asked, held))
         try:
-            first = self._env.reset(seed=env_seed)
+            first = check_time_step(self._env, self._env.reset(seed=env_seed),
+                                    "reset")
         except EnvironmentWorkerDied as e:
             raise e.whose(self._owner) from e
         self._obs = algorithm.observe(first.observation)
@@ -197,7 +198,7 @@ class SyncCollector:
                     break
                 step = alg.rollout_step(obs)
                 try:
-                    ts = env.step(step.output)
+                    ts = check_time_step(env, env.step(step.output))
                 except EnvironmentWorkerDied as e:
                     torch.set_rng_state(rng)
                     raise e.whose(self._owner) from e
