@@ -46,6 +46,13 @@ def check_env_id(env_name: str) -> None:
     close = difflib.get_close_matches(env_name, list(gym.registry), n=5)
     hint = f"did you mean one of {close}?" if close else (
         "see gymnasium.pprint_registry() for the registered ids")
+    namespace = env_name.split("/")[0] if "/" in env_name else None
+    if namespace == "ALE" and not any(
+            k.startswith("ALE/") for k in gym.registry):
+        # ale-py registers its ids when imported, not on installation.
+        hint = ("Atari ids are registered by the ale-py package: install it "
+                "(pip install ale-py) and import it (a gin file's "
+                "'import ale_py')")
     raise AlfError(f"unknown environment id {env_name!r}; {hint}")
 
 

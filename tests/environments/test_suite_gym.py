@@ -632,3 +632,12 @@ def test_an_environment_id_that_is_not_a_string_is_one_line(bad):
     with pytest.raises(AlfError, match=rf"^environment id {bad} is not a "
                        "string"):
         suite_gym.load(bad)
+
+
+def test_an_atari_id_without_ale_py_names_the_package():
+    if any(k.startswith("ALE/") for k in gym.registry):
+        pytest.skip("ale-py is installed and imported here")
+    with pytest.raises(AlfError, match=r"^unknown environment id "
+                       r"'ALE/Pong-v5'; Atari ids are registered by the "
+                       r"ale-py package"):
+        suite_gym.check_env_id("ALE/Pong-v5")
