@@ -44,6 +44,10 @@ class RLAlgorithm(Algorithm):
     #: Box action spaces must have finite bounds (a policy squashed onto
     #: them has nothing to squash onto otherwise).
     needs_bounded_actions: bool = False
+    #: Box action spaces must be one-dimensional (alf's networks act in
+    #: vectors [B, n]); a subclass whose own networks act in the space's
+    #: shape declares False.
+    flat_box_actions: bool = True
     #: Appended to the refusal of an unsupported action space, e.g. the
     #: algorithm to use instead: one for every space, or one per kind of
     #: space refused (``{gym.spaces.Discrete: "use DQNAlgorithm"}``).
@@ -66,7 +70,8 @@ class RLAlgorithm(Algorithm):
         # Training iterations behind the current policy; the trainer's
         # collector keeps it (stored steps of lower versions are stale).
         self.policy_version = 0
-        #: Set by the trainer: ``train_iter`` calls it where the policy is
+        #: Set by the trainer under asynchronous collection (None
+        #: otherwise): ``train_iter`` calls it where the policy is
         #: ready to act as the coming version although work remains that
         #: changes it little (PPG's auxiliary phase, whose clone loss keeps
         #: the policy close), so that asynchronous collection need not wait
@@ -88,8 +93,8 @@ class RLAlgorithm(Algorithm):
             ok = action_space.is_bounded()
         # numpy breaks long bounds over lines; the message stays one line.
         space = " ".join(str(action_space).split())
-        if ok and isinstance(action_space, gym.spaces.Box) and len(
-                action_space.shape) != 1:
+        if ok and cls.flat_box_actions and isinstance(
+                action_space, gym.spaces.Box) and len(action_space.shape) != 1:
             # A policy's actions are a vector [B, n].
             raise ConfigError(
                 f"{cls.__name__} acts in one-dimensional Box spaces; "

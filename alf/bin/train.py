@@ -284,7 +284,6 @@ def _main() -> int:
     from alf.trainers import Trainer, TrainingInterrupted, parse_config
     from alf.trainers.run_folder import check_run_folder
     from alf.trainers.run_lock import RunLock
-    new_root, root_dir = False, None
     try:
         if not FLAGS.root_dir:
             raise AlfError("--root_dir is required, e.g. --root_dir "
@@ -328,7 +327,6 @@ def _main() -> int:
         config = TrainerConfig()
         config.resolve_device(backend if num_processes > 1 else "none")
         config.per_rank(num_processes)  # sizes must divide
-        new_root = not os.path.exists(os.path.expanduser(FLAGS.root_dir))
         root_dir = check_root_dir(FLAGS.root_dir)
         RunLock.check_free(root_dir)
         check_run_folder(root_dir)
@@ -356,11 +354,6 @@ def _main() -> int:
         if ((e.retryable and not e.on_every_rank)
                 or os.environ.get("RANK", "0") == "0"):
             print(f"alf.bin.train: error: {one_line(e)}", file=sys.stderr)
-        if new_root and root_dir is not None:
-            # A run refused as it started (its environment could not be
-            # built) leaves no empty folder behind; one it wrote into stays.
-            with contextlib.suppress(OSError):
-                os.rmdir(root_dir)
         return EXIT_ERROR
     return 0
 

@@ -179,8 +179,9 @@ def check_time_step(env: BatchedEnvironment, ts: TimeStep,
     for name, kind in (("reward", "float"), ("terminated", "bool"),
                        ("truncated", "bool")):
         value = getattr(ts, name)
-        if (isinstance(value, torch.Tensor) and value.shape == (n, )
-                and (value.dtype == torch.bool) == (kind == "bool")):
+        if (isinstance(value, torch.Tensor) and value.shape == (n, ) and (
+                value.dtype == torch.bool if kind == "bool" else
+                value.is_floating_point())):
             continue
         what = (f"shape {tuple(value.shape)}, {value.dtype}" if isinstance(
             value, torch.Tensor) else f"a {type(value).__name__}")

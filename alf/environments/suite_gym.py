@@ -10,9 +10,11 @@ value of the observation that really ended the episode.
 import difflib
 import functools
 import inspect
+import os
 import re
 import select
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
@@ -83,7 +85,8 @@ def _check_env_args(spec, max_episode_steps, env_kwargs) -> None:
         if isinstance(creator, str):
             creator = load_env_creator(creator)
         params = inspect.signature(creator).parameters.values()
-    except (TypeError, ValueError, ImportError, AttributeError):
+    except (TypeError, ValueError, ImportError, AttributeError,
+            gym.error.Error):  # e.g. DependencyNotInstalled: Box2D
         return  # gymnasium.make will say what is wrong with the entry point
     if any(p.kind == p.VAR_KEYWORD for p in params):
         return  # it takes any keyword
@@ -441,7 +444,10 @@ def load(env_name: str,
 
     Raises:
         AlfError: if ``env_name`` is not a registered environment id, or
-            for a ``max_episode_steps`` or ``env_kwargs`` it cannot take.
+            for a ``max_episode_steps`` or ``env_kwargs`` it cannot take,
+            or a missing extra the environment needs (gymnasium's
+            ``DependencyNotInstalled``).
+        EnvironmentNotBuilt: the environment's constructor raised.
     """
     check_env_id(env_name)
     if render:
@@ -468,15 +474,29 @@ def load(env_name: str,
     return GymEnvironment(vec, clip_action=clip_action, seed=seed)
 
 
+class EnvironmentNotBuilt(AlfError):
+    """An environment's constructor raised: a simulator that did not start
+    (a port in use, a licence server) may start when the run restarts."""
+    retryable = True
+
+
 def _not_built(env_name: str, error: Exception) -> AlfError:
     """One line for an environment whose construction raised (gymnasium
     builds one in this process even for ``AsyncVectorEnv``, to read its
-    spaces): a missing extra, or the constructor's own failure, whose
-    traceback is logged."""
+    spaces): a missing extra (not retryable), or the constructor's own
+    failure, whose traceback is logged where it is seen once (not by each
+    actor of asynchronous collection, whose error names where it was
+    raised)."""
     what = f"{type(error).__name__}: {one_line(error)}"
     if isinstance(error, gym.error.DependencyNotInstalled):
         return AlfError(f"environment {env_name} cannot be built: {what}")
-    logging.error("building environment %s raised:", env_name,
-                  exc_info=error)
-    return AlfError(f"environment {env_name} could not be built: {what} "
-                    "(its traceback is logged above)")
+    if in_environment_process():
+        frames = traceback.extract_tb(error.__traceback__)
+        where = (f" (raised at {os.path.basename(frames[-1].filename)}:"
+                 f"{frames[-1].lineno})" if frames else "")
+    else:
+        logging.error("building environment %s raised:", env_name,
+                      exc_info=error)
+        where = " (its traceback is logged above)"
+    return EnvironmentNotBuilt(
+        f"environment {env_name} could not be built: {what}{where}")

@@ -50,10 +50,15 @@ class ActorDistributionNetwork(nn.Module):
     environment then clips nothing, and the deterministic action is one the
     policy takes). With ``beta``, Box actions get a `Beta` per dimension on
     the box instead, both concentrations from the head (``1 + softplus``,
-    so each is unimodal), the deterministic action its mean.
+    so each is unimodal), the deterministic action its mean. A Gaussian
+    that the environment clips has for mean the head's output plus the
+    Box's centre (in each dimension whose bounds are finite and within
+    1e6), so that it starts in the middle of a Box such as [5, 6]; its std
+    is not scaled to the Box's width (``init_log_std`` sets it).
 
     Args:
-        observation_space: a Box space.
+        observation_space: a Box, MultiBinary or MultiDiscrete space
+            (see `observation_shape`).
         action_space: a Discrete or Box space.
         hidden_sizes: widths of the hidden layers.
         activation: activation name (see `EncodingNetwork`).
@@ -64,10 +69,6 @@ class ActorDistributionNetwork(nn.Module):
             `EncodingNetwork`).
         squash: Box actions: a `TanhGaussian` onto the bounds instead of
             a Gaussian that the environment clips (needs finite bounds).
-            That Gaussian's mean is the head's output plus the Box's
-            centre (where both bounds are finite), so it starts in the
-            middle of a Box such as [5, 6]; its std is not scaled to the
-            Box's width (``init_log_std`` sets it).
         state_dependent_std: Box actions: the log std is ``log_std`` plus a
             linear head on the features (initialised near zero, so every
             state starts at ``init_log_std``), clamped to
@@ -215,8 +216,9 @@ class ActorDistributionNetwork(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + "action_center"
         if self._centered and key not in state_dict:
-            # Saved before Gaussians were centred in their Box.
-            state_dict[key] = self.action_center.clone()
+            # Saved before Gaussians were centred in their Box: its head
+            # learned the mean itself, which it keeps.
+            state_dict[key] = torch.zeros_like(self.action_center)
         key = prefix + "concentration_scale"
         if self.beta and key not in state_dict:
             # A checkpoint from before the scale was kept: it trained with
@@ -313,11 +315,19 @@ class ActorDistributionNetwork(nn.Module):
 
 
 def _box_center(space: gym.spaces.Box) -> torch.Tensor:
-    """The middle of each dimension's bounds (0 where one is infinite)."""
+    """The middle of each dimension's bounds; 0 where a bound is infinite
+    or stands for it (beyond `_BOUND_AS_INFINITE`: a mean there would leave
+    the head's output below float32's precision)."""
     low = torch.as_tensor(space.low, dtype=torch.float64).flatten()
     high = torch.as_tensor(space.high, dtype=torch.float64).flatten()
-    finite = torch.isfinite(low) & torch.isfinite(high)
-    return torch.where(finite, (low + high) / 2, 0.0).float()
+    real = (low.abs() <= _BOUND_AS_INFINITE) & (
+        high.abs() <= _BOUND_AS_INFINITE)
+    return torch.where(real, (low + high) / 2, 0.0).float()
+
+
+# A bound this large (e.g. float32's largest, written for "unbounded")
+# is not a box's edge to centre on.
+_BOUND_AS_INFINITE = 1e6
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:

@@ -449,8 +449,11 @@ class Trainer:
         learner_start = time.thread_time()
         learner_wall = time.perf_counter()
         version = self.iteration + 1
+        # Only actors act while the learner trains: lock-step collection
+        # acts with the learner's own weights after train_iter.
         self.algorithm.policy_ready = functools.partial(
-            self._collector.publish, version)
+            self._collector.publish, version) if isinstance(
+                self._collector, AsyncCollector) else None
         try:
             stats = self.algorithm.train_iter(
                 min(steps / cfg.num_env_steps, 1.0))

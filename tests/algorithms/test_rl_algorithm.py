@@ -100,6 +100,14 @@ def test_a_box_action_of_more_than_one_dimension_is_one_line(algorithm):
     assert one_line(info.value).endswith("reshapes it to (2, 2)")
 
 
+class _Shaped(OnPolicyAlgorithm):
+    flat_box_actions = False  # its own networks act in the Box's shape
+
+
+def test_a_subclass_acting_in_the_boxs_shape_declares_it():
+    _Shaped._check_action_space(gym.spaces.Box(-1, 1, (2, 2)), _config())
+
+
 def test_integer_observations_are_float32_for_the_networks_and_replay():
     """A uint8 image or an integer vector used to fail in the first layer
     ("mat1 and mat2 must have the same dtype")."""

@@ -42,6 +42,8 @@ def test_a_well_formed_time_step_passes():
      "of shape (3, 1), torch.float32; it must be a float tensor of shape "
      "[num_envs] = [3]"),
     (dict(reward=[0.0, 0.0, 0.0]), "TimeStep.reward of a list; it must be"),
+    (dict(reward=torch.zeros(3, dtype=torch.int64)), "TimeStep.reward of "
+     "shape (3,), torch.int64; it must be a float tensor"),
     (dict(terminated=torch.zeros(3)), "TimeStep.terminated of shape (3,), "
      "torch.float32; it must be a bool tensor"),
     (dict(truncated=torch.zeros(3, dtype=torch.bool)[:2]),

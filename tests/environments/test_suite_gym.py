@@ -627,6 +627,34 @@ def test_an_environment_whose_constructor_raises_is_one_line(asynchronous):
                        asynchronous=asynchronous)
 
 
+def test_a_constructor_failing_in_an_actor_names_where_it_raised(
+        monkeypatch):
+    # Each actor would log the same traceback: its one line says where.
+    from alf.environments import env_fn
+    if "alf_test/BrokenInit-v0" not in gym.registry:
+        gym.register("alf_test/BrokenInit-v0", entry_point=_BrokenInit)
+    monkeypatch.setattr(env_fn, "in_environment_process", lambda: True)
+    monkeypatch.setattr(suite_gym, "in_environment_process", lambda: True)
+    with pytest.raises(suite_gym.EnvironmentNotBuilt, match=r"failed to "
+                       r"start \(raised at test_suite_gym.py:\d+\)") as info:
+        suite_gym.load("alf_test/BrokenInit-v0")
+    assert info.value.retryable  # a simulator may start on a restart
+
+
+@pytest.mark.parametrize("env_kwargs", [None, {"continuous": True}])
+def test_a_missing_extra_is_one_line_with_or_without_env_kwargs(env_kwargs):
+    """With env_kwargs, the check of their names imported the entry point
+    first, and gymnasium's DependencyNotInstalled escaped as a traceback."""
+    if "alf_test/NeedsBox2D-v0" not in gym.registry:
+        gym.register("alf_test/NeedsBox2D-v0",
+                     entry_point="needs_box2d:Lander")
+    with pytest.raises(AlfError, match=r"^environment alf_test/NeedsBox2D-v0 "
+                       r"cannot be built: DependencyNotInstalled: Box2D is "
+                       r"not installed") as info:
+        suite_gym.load("alf_test/NeedsBox2D-v0", env_kwargs=env_kwargs)
+    assert not info.value.retryable  # a restart would not install it
+
+
 @pytest.mark.parametrize("bad", [None, 5])
 def test_an_environment_id_that_is_not_a_string_is_one_line(bad):
     with pytest.raises(AlfError, match=rf"^environment id {bad} is not a "

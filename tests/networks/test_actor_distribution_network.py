@@ -41,8 +41,15 @@ def test_a_gaussian_starts_at_the_centre_of_its_box(kw):
     plain = ActorDistributionNetwork(OBS, gym.spaces.Box(-2, 2, (2, )),
                                      hidden_sizes=(8, ), **kw)
     assert "action_center" not in plain.state_dict()
-    # A checkpoint saved before the centre was kept still loads.
+    # A checkpoint saved before the centre was kept loads, and acts as it
+    # did then: its head learned the mean alone.
     state = net.state_dict()
     del state["action_center"]
     net.load_state_dict(state)
-    torch.testing.assert_close(net(obs).mode(), mode)
+    with torch.no_grad():
+        head_alone = net.head(net.encoder(obs))
+    torch.testing.assert_close(net(obs).mode(), head_alone)
+    # A bound standing for "unbounded" (float32's largest) is no centre.
+    huge = gym.spaces.Box(0, np.finfo(np.float32).max, (1, ))
+    assert "action_center" not in ActorDistributionNetwork(
+        OBS, huge, hidden_sizes=(8, ), **kw).state_dict()
