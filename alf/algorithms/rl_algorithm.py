@@ -5,6 +5,7 @@ from typing import (Callable, Dict, Iterator, List, Optional, Tuple, Type,
 import gymnasium as gym
 import torch
 
+from alf import nest
 from alf.algorithms.algorithm import Algorithm
 from alf.data_structures import Experience
 from alf.networks.encoding import observation_shape
@@ -115,10 +116,13 @@ class RLAlgorithm(Algorithm):
                           f"{config.env_name} has {space}{hint}")
 
     def observe(self, observation: torch.Tensor, update: bool = True):
-        """Normalises a raw observation batch (identity without normaliser).
+        """Normalises a raw observation batch (identity without normaliser),
+        as float32 on the algorithm's device.
 
         Args:
-            observation: raw observations [B, ...].
+            observation: raw observations [B, ...] (a nest of them, e.g. a
+                Dict space's, for an algorithm of one's own: alf's
+                normaliser and networks take one tensor).
             update: count them in the normaliser's pending statistics,
                 committed at the next `train_iter`, so the statistics
                 change only between unrolls (an unroll's first
@@ -126,12 +130,12 @@ class RLAlgorithm(Algorithm):
                 normalised before that commit; training uses each
                 observation as it acted either way).
         """
-        # Environments produce CPU tensors; the networks may be on a GPU.
-        observation = observation.to(self.device, non_blocking=True)
-        if not observation.is_floating_point():
-            # uint8 images, integer or binary vectors: the networks and the
-            # normaliser compute in float32.
-            observation = observation.float()
+        # Environments produce CPU tensors; the networks may be on a GPU,
+        # and they and the normaliser compute in float32 (uint8 images,
+        # integer or binary vectors, a suite's float64).
+        observation = nest.map_structure(
+            lambda x: x.to(self.device, torch.float32, non_blocking=True),
+            observation)
         norm = self.observation_normalizer
         if norm is None:
             return observation

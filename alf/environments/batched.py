@@ -175,6 +175,11 @@ def check_time_step(env: BatchedEnvironment, ts: TimeStep,
         AlfError: naming the suite's class, the field, what it is and what
             it must be.
     """
+    if not isinstance(ts, TimeStep):
+        raise AlfError(
+            f"{type(env).__name__}.{call} returned a {type(ts).__name__}; it "
+            "must return an alf.data_structures.TimeStep (see "
+            "alf.environments.batched)")
     n = env.num_envs
     for name, kind in (("reward", "float"), ("terminated", "bool"),
                        ("truncated", "bool")):
@@ -189,13 +194,44 @@ def check_time_step(env: BatchedEnvironment, ts: TimeStep,
             f"{type(env).__name__}.{call} returned TimeStep.{name} of {what}; "
             f"it must be a {kind} tensor of shape [num_envs] = [{n}] (see "
             "alf.environments.batched)")
-    obs = ts.observation
-    if isinstance(obs, torch.Tensor) and obs.shape[:1] != (n, ):
-        raise AlfError(
-            f"{type(env).__name__}.{call} returned TimeStep.observation of "
-            f"shape {tuple(obs.shape)}; its first dimension must be num_envs "
-            f"({n})")
+    _check_observation(env, ts.observation, "observation", call)
+    if ts.final_observation is not None:
+        _check_observation(env, ts.final_observation, "final_observation",
+                           call)
     return ts
+
+
+def _check_observation(env: BatchedEnvironment, obs, name: str,
+                       call: str) -> None:
+    """A tensor [num_envs, *space.shape] (for an array space), or a nest of
+    tensors [num_envs, ...] (a Dict or Tuple space's)."""
+    n, space = env.num_envs, env.observation_space
+    shape = tuple(getattr(space, "shape", None) or ())
+    array = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary,
+                               gym.spaces.MultiDiscrete))
+    for leaf in (obs, ) if isinstance(obs, torch.Tensor) else _leaves(obs):
+        if not isinstance(leaf, torch.Tensor):
+            what = f"a {type(leaf).__name__}"
+        elif leaf.shape[:1] != (n, ):
+            what = (f"shape {tuple(leaf.shape)}, whose first dimension is "
+                    f"not num_envs ({n})")
+        elif array and leaf is obs and tuple(leaf.shape[1:]) != shape:
+            what = (f"shape {tuple(leaf.shape)}, not [num_envs, *the "
+                    f"observation space's shape] = {(n, ) + tuple(shape)}")
+        else:
+            continue
+        raise AlfError(f"{type(env).__name__}.{call} returned TimeStep.{name} "
+                       f"of {what}; it must be a tensor (or, for a Dict or "
+                       "Tuple space, a nest of tensors) with num_envs rows "
+                       "(see alf.environments.batched)")
+
+
+def _leaves(obs) -> list:
+    if isinstance(obs, dict):
+        return [x for v in obs.values() for x in _leaves(v)]
+    if isinstance(obs, (tuple, list)):
+        return [x for v in obs for x in _leaves(v)]
+    return [obs]
 
 
 def check_environment(env, load_fn: Callable) -> BatchedEnvironment:

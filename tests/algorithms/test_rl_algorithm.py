@@ -126,3 +126,16 @@ def test_integer_observations_are_float32_for_the_networks_and_replay():
     sac = SACAlgorithm(space, gym.spaces.Box(-1, 1, (1, )),
                        config.per_rank(1))
     assert sac.example_experience(2).observation.dtype == torch.float32
+
+
+def test_observe_gives_float32_for_float64_and_for_a_nest():
+    """A suite's float64 tensors failed in the first layer, and a Dict
+    space's observations (an algorithm of one's own) in ``.to``."""
+    import torch
+    alg = _Binary(OBS, gym.spaces.MultiBinary(4), _config())
+    assert alg.observe(torch.zeros(2, 3, dtype=torch.float64)).dtype == \
+        torch.float32
+    got = alg.observe({"a": torch.zeros(2, 3, dtype=torch.uint8),
+                       "b": torch.zeros(2, dtype=torch.int64)})
+    assert {k: v.dtype for k, v in got.items()} == {
+        "a": torch.float32, "b": torch.float32}

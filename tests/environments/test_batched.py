@@ -1,6 +1,7 @@
 """`check_time_step`: a suite's TimeStep of the wrong shape is one line
 naming the suite, the field and what it must be."""
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -48,10 +49,36 @@ def test_a_well_formed_time_step_passes():
      "torch.float32; it must be a bool tensor"),
     (dict(truncated=torch.zeros(3, dtype=torch.bool)[:2]),
      "TimeStep.truncated of shape (2,)"),
-    (dict(observation=torch.zeros(2)), "TimeStep.observation of shape (2,); "
-     "its first dimension must be num_envs (3)")])
+    (dict(observation=torch.zeros(2)), "TimeStep.observation of shape (2,), "
+     "whose first dimension is not num_envs (3)")])
 def test_a_field_of_the_wrong_shape_or_kind_is_named(fields, message):
     with pytest.raises(AlfError) as info:
         check_time_step(_Chain(), _ts(**fields))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("ts, message", [
+    ((torch.zeros(3, 2), {}), "_Chain.step returned a tuple; it must return "
+     "an alf.data_structures.TimeStep"),
+    (None, "_Chain.step returned a NoneType"),
+    (_ts(observation=torch.zeros(3, 6)), "TimeStep.observation of shape "
+     "(3, 6), not [num_envs, *the observation space's shape] = (3, 2)"),
+    (_ts(observation=np.zeros((3, 2), np.float32)),
+     "TimeStep.observation of a ndarray"),
+    (_ts(final_observation=torch.zeros(3, 1)), "TimeStep.final_observation "
+     "of shape (3, 1)"),
+    (_ts(observation={"a": torch.zeros(2, 2)}), "TimeStep.observation of "
+     "shape (2, 2), whose first dimension is not num_envs (3)")])
+def test_a_malformed_step_or_observation_is_named(ts, message):
+    with pytest.raises(AlfError) as info:
+        check_time_step(_Chain(), ts)
+    assert message in str(info.value)
+
+
+def test_a_nest_of_observations_passes_for_a_dict_space():
+    env = _Chain()
+    env.observation_space = gym.spaces.Dict(
+        {"a": gym.spaces.Box(0, 1, (2, )), "b": gym.spaces.Discrete(4)})
+    check_time_step(env, _ts(observation={"a": torch.zeros(3, 2),
+                                          "b": torch.zeros(3)}))
