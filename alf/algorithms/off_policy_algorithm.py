@@ -177,6 +177,15 @@ class OffPolicyAlgorithm(RLAlgorithm):
         self.replay_buffer.load_contents(
             state, self.example_experience(self.config.local_num_envs))
 
+    def act_as_trained(self, env_steps: int) -> None:
+        # Past the initial collection, the run sampled with its policy, not
+        # at random, and with its schedules (DQN's epsilon) where training
+        # had brought them: train_iter sets the progress before the
+        # iteration's evaluation.
+        world = max(1, self.config.world_size)
+        self._num_stored = max(self._num_stored, env_steps // world)
+        self._progress = min(env_steps / self.config.num_env_steps, 1.0)
+
     def on_resume(self, env_steps: int, local_note: str = "") -> None:
         """Without its replay contents (`local_state`) a resumed rank
         starts with an empty buffer. It refills it with the restored

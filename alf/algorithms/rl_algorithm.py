@@ -204,6 +204,12 @@ class RLAlgorithm(Algorithm):
         that checkpoints do not hold; ``local_note`` says why this rank's
         `local_state` was not restored ("" if it was, or there was none)."""
 
+    def act_as_trained(self, env_steps: int) -> None:
+        """Called on a copy loaded from a checkpoint taken at ``env_steps``
+        only to act (``alf.bin.play``), so that its sampling policy is the
+        one the run evaluated then; for acting state that checkpoints do
+        not hold (`acting_state` carries it to actors)."""
+
     def idle_settings(self, config) -> List[str]:
         """What a run of ``config`` says (one line each, as a warning at
         its start) of this algorithm's own settings that will do nothing

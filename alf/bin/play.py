@@ -54,7 +54,8 @@ import torch
 from absl import app, flags
 
 from alf.bin import cli
-from alf.utils.errors import CheckpointError, ConfigError, one_line, run_cli
+from alf.utils.errors import (AlfError, CheckpointError, ConfigError, one_line,
+                              run_cli)
 
 
 def define_flags() -> None:
@@ -128,6 +129,8 @@ def load_algorithm(cfg, path: str, observation_space, action_space,
     algorithm = cfg.algorithm_ctor(observation_space=observation_space,
                                    action_space=action_space, config=cfg)
     load_weights(algorithm, state["algorithm"], path, PLAY_ADVICE)
+    algorithm.act_as_trained(int(state.get("counters", {}).get("env_steps",
+                                                               0)))
     algorithm.eval()
     return algorithm
 
@@ -257,10 +260,17 @@ def _play(cfg, state: dict, path: str, load_fn, num_episodes: int,
         with env_fn.evaluation_environments():
             env = load_fn(cfg.env_name, num_envs=1, seed=seed,
                           asynchronous=False, **kwargs)
-    except gym.error.DependencyNotInstalled as e:
+    except (gym.error.DependencyNotInstalled, AlfError) as e:
+        # suite_gym says a missing extra in one line of its own; what a
+        # recording misses (pygame) is named with the install that has it.
+        missing = e if isinstance(e, gym.error.DependencyNotInstalled) else (
+            e.__cause__)
+        if not (writer and isinstance(missing,
+                                      gym.error.DependencyNotInstalled)):
+            raise
         raise ConfigError(f"rendering {cfg.env_name} needs a package that "
-                          f"is missing ({one_line(e)}): {VIDEO_INSTALL}"
-                          ) from e
+                          f"is missing ({one_line(missing)}): "
+                          f"{VIDEO_INSTALL}") from e
     check_environment(env, load_fn)
     assert cfg.algorithm_ctor is not None  # TrainerConfig refuses None
     try:

@@ -90,6 +90,24 @@ def test_epsilon_schedule_and_random_initial_collection():
     assert not alg.ready()
 
 
+def test_a_copy_loaded_to_act_samples_as_the_run_did_then():
+    """``alf.bin.play --sampling`` used to act at random (the initial
+    collection's policy, epsilon 1) where the run's evaluation had sampled
+    with its trained epsilon."""
+    config = _config(initial_collect_steps=8, num_env_steps=1000)
+    alg = DQNAlgorithm(OBS, gym.spaces.Discrete(3), config,
+                       epsilon_start=1.0, epsilon_final=0.0,
+                       exploration_fraction=0.5)
+    with torch.no_grad():  # a policy whose greedy action is always 2
+        alg.q_net.head.bias.copy_(torch.tensor([0.0, 0.0, 100.0]))
+    alg.act_as_trained(600)  # past the initial collection and the schedule
+    assert alg.epsilon() == 0.0
+    assert set(alg.rollout_step(torch.zeros(64, 3)).output.tolist()) == {2}
+    early = DQNAlgorithm(OBS, gym.spaces.Discrete(3), config)
+    early.act_as_trained(4)  # still collecting at random then
+    assert not early.ready() and early._num_stored == 4
+
+
 def test_continuous_actions_are_refused():
     with pytest.raises(ConfigError, match="needs a Discrete action space"):
         DQNAlgorithm(OBS, gym.spaces.Box(-1, 1, (1, )), _config())

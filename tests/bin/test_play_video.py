@@ -181,3 +181,47 @@ def test_a_killed_plays_temporary_video_is_removed_by_the_next(tmp_path,
     assert f"removed {orphan.name}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [live.name, other.name, "v.gif"])
+
+
+@pytest.mark.parametrize("recording", [True, False])
+def test_a_missing_rendering_package_names_the_video_install(
+        recording, monkeypatch):
+    """suite_gym turns gymnasium's DependencyNotInstalled into a one-line
+    AlfError of its own; a recording still names the install that has
+    pygame, and a play without one keeps suite_gym's line."""
+    import types
+
+    import gymnasium as gym
+    import torch
+
+    from alf.bin.play import VIDEO_INSTALL, _play
+    from alf.utils.errors import AlfError
+
+    def load(env_name, num_envs=1, seed=None, asynchronous=False,
+             render=False):
+        try:
+            raise gym.error.DependencyNotInstalled("pygame is not installed")
+        except gym.error.DependencyNotInstalled as e:
+            raise AlfError(f"environment {env_name} cannot be built") from e
+
+    from alf.environments import env_fn
+    # _play marks its process as the environments' own, and sets SDL's
+    # variables: this test's process is a pytest worker's.
+    monkeypatch.setattr(env_fn, "_environment_process", False)
+    for name in ("SDL_VIDEODRIVER", "SDL_NO_SIGNAL_HANDLERS",
+                 "SDL_AUDIODRIVER"):
+        monkeypatch.setenv(name, os.environ.get(name, "dummy"))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    cfg = types.SimpleNamespace(seed=0, torch_num_threads=1,
+                                env_name="Toy-v0")
+    with pytest.raises(AlfError) as info:
+        _play(cfg, {}, "ckpt.pt", load, 1, False,
+              object() if recording else None, 0, None)
+    if recording:
+        assert isinstance(info.value, ConfigError)
+        assert str(info.value).startswith(
+            "rendering Toy-v0 needs a package that is missing (pygame is "
+            "not installed)")
+        assert VIDEO_INSTALL in str(info.value)
+    else:
+        assert str(info.value) == "environment Toy-v0 cannot be built"
