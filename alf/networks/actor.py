@@ -52,9 +52,10 @@ class ActorDistributionNetwork(nn.Module):
     the box instead, both concentrations from the head (``1 + softplus``,
     so each is unimodal), the deterministic action its mean. A Gaussian
     that the environment clips has for mean the head's output plus the
-    Box's centre (in each dimension whose bounds are finite and within
-    1e6), so that it starts in the middle of a Box such as [5, 6]; its std
-    is not scaled to the Box's width (``init_log_std`` sets it).
+    Box's centre, so that it starts inside the Box: the middle of [5, 6],
+    one initial std above 5 in [5, inf) (0 where 0 is inside; a bound
+    beyond 1e6 counts as none). Its std is not scaled to the Box's width
+    (``init_log_std`` sets it).
 
     Args:
         observation_space: a Box, MultiBinary or MultiDiscrete space
@@ -185,7 +186,7 @@ class ActorDistributionNetwork(nn.Module):
             if self.beta:
                 # A number stays a scalar: checkpoints keep their shape.
                 self.register_buffer("concentration_scale", scale)
-            center = _box_center(action_space)
+            center = _box_center(action_space, log_std0.exp())
             if not (squash or beta) and bool(center.any()):
                 # The Gaussian's mean starts at 0: in a Box such as [5, 6]
                 # every sample was clipped to one bound, and its reward said
@@ -314,15 +315,24 @@ class ActorDistributionNetwork(nn.Module):
         return draws
 
 
-def _box_center(space: gym.spaces.Box) -> torch.Tensor:
-    """The middle of each dimension's bounds; 0 where a bound is infinite
-    or stands for it (beyond `_BOUND_AS_INFINITE`: a mean there would leave
-    the head's output below float32's precision)."""
+def _box_center(space: gym.spaces.Box, std: torch.Tensor) -> torch.Tensor:
+    """Where a Gaussian that the environment clips starts, per dimension:
+    the middle of finite bounds; with one bound only, 0 if it is on the
+    open side of it, else one initial ``std`` inside it (a mean beyond the
+    bound has every sample clipped onto it, and no reward tells one mean
+    from another). A bound beyond `_BOUND_AS_INFINITE` counts as none (a
+    mean there would leave the head's output below float32's precision).
+    """
     low = torch.as_tensor(space.low, dtype=torch.float64).flatten()
     high = torch.as_tensor(space.high, dtype=torch.float64).flatten()
-    real = (low.abs() <= _BOUND_AS_INFINITE) & (
-        high.abs() <= _BOUND_AS_INFINITE)
-    return torch.where(real, (low + high) / 2, 0.0).float()
+    std = std.double().expand_as(low)
+    has_low = low.abs() <= _BOUND_AS_INFINITE
+    has_high = high.abs() <= _BOUND_AS_INFINITE
+    zero = torch.zeros_like(low)
+    center = torch.where(has_low & has_high, (low + high) / 2, zero)
+    center = torch.where(has_low & ~has_high & (low > 0), low + std, center)
+    center = torch.where(has_high & ~has_low & (high < 0), high - std, center)
+    return center.float()
 
 
 # A bound this large (e.g. float32's largest, written for "unbounded")

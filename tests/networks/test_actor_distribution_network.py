@@ -30,13 +30,18 @@ def test_a_gaussian_starts_at_the_centre_of_its_box(kw):
     dimension was clipped to 5, and PPO never learned it."""
     import numpy as np
     torch.manual_seed(0)
-    box = gym.spaces.Box(np.array([0.0, 5.0, -np.inf], np.float32),
-                         np.array([1.0, 6.0, np.inf], np.float32))
-    net = ActorDistributionNetwork(OBS, box, hidden_sizes=(8, ), **kw)
+    inf = np.inf
+    box = gym.spaces.Box(
+        np.array([0.0, 5.0, -inf, 5.0, -inf, -2.0], np.float32),
+        np.array([1.0, 6.0, inf, inf, -5.0, inf], np.float32))
+    net = ActorDistributionNetwork(OBS, box, hidden_sizes=(8, ),
+                                   init_log_std=np.log(2.0), **kw)
     obs = torch.rand(64, 3) * 2 - 1
     mode = net(obs).mode()
-    torch.testing.assert_close(mode.mean(0), torch.tensor([0.5, 5.5, 0.0]),
-                               atol=0.05, rtol=0)
+    # Half-bounded: one initial std (2) inside the bound; 0 if inside.
+    torch.testing.assert_close(
+        mode.mean(0), torch.tensor([0.5, 5.5, 0.0, 7.0, -7.0, 0.0]),
+        atol=0.05, rtol=0)
     # Symmetric boxes keep their state dicts (and checkpoints) as they were.
     plain = ActorDistributionNetwork(OBS, gym.spaces.Box(-2, 2, (2, )),
                                      hidden_sizes=(8, ), **kw)
