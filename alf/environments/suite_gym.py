@@ -58,7 +58,8 @@ def check_env_id(env_name: str) -> None:
     raise AlfError(f"unknown environment id {env_name!r}; {hint}")
 
 
-def _check_env_args(spec, max_episode_steps, env_kwargs) -> None:
+def _check_env_args(spec, max_episode_steps, env_kwargs,
+                    render: bool = False) -> None:
     """Refuses arguments ``gymnasium.make`` would fail on deep inside the
     environment's constructor (or, for a time limit below 1, in its
     wrapper), naming the value and what is valid.
@@ -93,6 +94,10 @@ def _check_env_args(spec, max_episode_steps, env_kwargs) -> None:
     names = [p.name for p in params
              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     unknown = [k for k in env_kwargs if k not in names]
+    if unknown == ["render_mode"] and render:
+        raise AlfError(f"{spec.id} cannot render frames: its constructor "
+                       "takes no render_mode (gymnasium's way to ask for "
+                       "them); play it without a recording")
     if unknown:
         raise AlfError(f"load.env_kwargs={env_kwargs!r}: {spec.id} takes no "
                        f"argument {', '.join(map(repr, unknown))}; its "
@@ -452,7 +457,8 @@ def load(env_name: str,
     check_env_id(env_name)
     if render:
         env_kwargs = dict(env_kwargs or {}, render_mode="rgb_array")
-    _check_env_args(gym.spec(env_name), max_episode_steps, env_kwargs)
+    _check_env_args(gym.spec(env_name), max_episode_steps, env_kwargs,
+                    render)
     # The spec, not the id: spawned workers do not see environments that
     # were registered at run time (by a test, or a user's module).
     env_fns = [EnvFn(gym.spec(env_name), max_episode_steps, env_kwargs or {},

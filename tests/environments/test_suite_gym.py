@@ -669,3 +669,14 @@ def test_an_atari_id_without_ale_py_names_the_package():
                        r"'ALE/Pong-v5'; Atari ids are registered by the "
                        r"ale-py package"):
         suite_gym.check_env_id("ALE/Pong-v5")
+
+
+def test_rendering_an_environment_that_takes_no_render_mode_says_so():
+    """It said "load.env_kwargs={'render_mode': 'rgb_array'}: ... takes no
+    argument 'render_mode'", a binding the user never wrote."""
+    if "alf_test/EchoStart-v0" not in gym.registry:
+        gym.register("alf_test/EchoStart-v0", entry_point=_EchoStartEnv)
+    with pytest.raises(AlfError, match=r"^alf_test/EchoStart-v0 cannot "
+                       r"render frames: its constructor takes no "
+                       r"render_mode"):
+        suite_gym.load("alf_test/EchoStart-v0", render=True)
