@@ -34,7 +34,7 @@ from alf.environments.env_fn import EnvFn, in_environment_process
 from alf.utils import process
 from alf.utils.errors import AlfError, one_line
 
-__all__ = ["load", "GymEnvironment", "check_env_id"]
+__all__ = ["load", "GymEnvironment", "check_env_id", "flatten_observation"]
 
 
 def check_env_id(env_name: str) -> None:
@@ -416,6 +416,16 @@ class GymEnvironment(BatchedEnvironment):
         for p in vec.processes:
             p.join(timeout=10)
         vec.closed = True  # its __del__ must not try again
+
+
+@gin.configurable(module="suite_gym")
+def flatten_observation(env: gym.Env) -> gym.Env:
+    """``env`` with its observations flattened into one float vector
+    (gymnasium's ``FlattenObservation``: a Dict or Tuple space's parts side
+    by side, a Discrete one one-hot), for alf's networks, which take
+    arrays. In gin: ``load.wrappers = (@flatten_observation,)`` (a gin
+    reference to gymnasium's class itself cannot reach spawned workers)."""
+    return gym.wrappers.FlattenObservation(env)
 
 
 @gin.configurable(module="suite_gym")

@@ -92,7 +92,8 @@ def observation_shape(owner: str, space) -> Tuple[int, ...]:
         f"dimension (a Box, MultiBinary or MultiDiscrete space); the "
         f"environment's space is {text}: flatten it with "
         "gymnasium.wrappers.FlattenObservation (a Discrete one becomes "
-        "one-hot)")
+        "one-hot; for alf's gym suite: load.wrappers = "
+        "(@flatten_observation,))")
 
 
 _ARRAY_SPACES = (gym.spaces.Box, gym.spaces.MultiBinary,

@@ -680,3 +680,14 @@ def test_rendering_an_environment_that_takes_no_render_mode_says_so():
                        r"render frames: its constructor takes no "
                        r"render_mode"):
         suite_gym.load("alf_test/EchoStart-v0", render=True)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_flatten_observation_makes_a_tuple_space_an_array(envs,
+                                                          asynchronous):
+    # What the networks' refusal of a Tuple space names; a gin reference
+    # to gymnasium's class itself could not be pickled for the workers.
+    env = envs("Blackjack-v1", num_envs=2, seed=0, asynchronous=asynchronous,
+               wrappers=(suite_gym.flatten_observation, ))
+    assert isinstance(env.observation_space, gym.spaces.Box)
+    assert env.reset().observation.shape == (2, 32 + 11 + 2)
