@@ -17,6 +17,7 @@ returns. `UniformReplay` is the default.
 import os
 from typing import Dict, List, Optional, Union
 
+import gin
 import gymnasium as gym
 import numpy as np
 import torch
@@ -176,6 +177,28 @@ class OffPolicyAlgorithm(RLAlgorithm):
     def load_local_state(self, state: Dict[str, torch.Tensor]) -> None:
         self.replay_buffer.load_contents(
             state, self.example_experience(self.config.local_num_envs))
+
+    def idle_settings(self, config) -> List[str]:
+        # A prioritized strategy's options bound while another strategy
+        # replays (the deprecated priority_alpha's refusal sends users to
+        # them): they would train uniformly without a word.
+        from alf.replay_buffers.prioritized_replay import (
+            PrioritizedGlobalReplay, PrioritizedReplay)
+        said = super().idle_settings(config)
+        name = type(self).__name__
+        for cls in (PrioritizedReplay, PrioritizedGlobalReplay):
+            if type(self.replay) is cls:
+                continue
+            for option in ("alpha", "beta", "eps"):
+                try:
+                    value = gin.query_parameter(f"{cls.__name__}.{option}")
+                except ValueError:  # not bound
+                    continue
+                said.append(
+                    f"{cls.__name__}.{option}={value!r} does nothing: "
+                    f"{name} replays with {type(self.replay).__name__}; "
+                    f"bind {name}.replay = @{cls.__name__}() for it")
+        return said
 
     def act_as_trained(self, env_steps: int) -> None:
         # Past the initial collection, the run sampled with its policy, not

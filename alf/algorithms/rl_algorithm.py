@@ -8,7 +8,7 @@ import torch
 from alf import nest
 from alf.algorithms.algorithm import Algorithm
 from alf.data_structures import Experience
-from alf.networks.encoding import observation_shape
+from alf.networks.encoding import check_box_widths, observation_shape
 from alf.replay_buffers import ReplayBuffer
 from alf.utils.errors import ConfigError
 from alf.utils.normalizer import RunningNormalizer
@@ -92,6 +92,9 @@ class RLAlgorithm(Algorithm):
         if ok and cls.needs_bounded_actions and isinstance(
                 action_space, gym.spaces.Box):
             ok = action_space.is_bounded()
+            if ok:
+                check_box_widths(cls.__name__, action_space,
+                                 f"{config.env_name} has")
         # numpy breaks long bounds over lines; the message stays one line.
         space = " ".join(str(action_space).split())
         if ok and cls.flat_box_actions and isinstance(

@@ -10,8 +10,9 @@ from torch import nn
 
 from alf.networks.distributions import (Beta, Categorical, DiagGaussian,
                                         TanhGaussian)
-from alf.networks.encoding import (EncodingNetwork, flat_size,
-                                   observation_shape, orthogonal_init)
+from alf.networks.encoding import (EncodingNetwork, check_box_widths,
+                                   flat_size, observation_shape,
+                                   orthogonal_init)
 from alf.utils.errors import ConfigError
 
 # Where a state-dependent log std is clamped: std from 0.007 to 7.4.
@@ -180,6 +181,9 @@ class ActorDistributionNetwork(nn.Module):
                     raise ConfigError(
                         f"ActorDistributionNetwork.{which}=True needs finite "
                         f"action bounds; got {action_space}")
+                check_box_widths(
+                    f"ActorDistributionNetwork.{'beta' if beta else 'squash'}"
+                    "=True", action_space)
                 # Constants of the space: in the state dict only when used.
                 self.register_buffer("action_low", low.flatten())
                 self.register_buffer("action_high", high.flatten())

@@ -96,6 +96,27 @@ def observation_shape(owner: str, space) -> Tuple[int, ...]:
         "(@flatten_observation,))")
 
 
+def check_box_widths(owner: str, space, whose: str = "the action space is"
+                     ) -> None:
+    """Refuses a Box with a dimension of no width (low == high), which a
+    policy squashed onto its bounds divides by: SAC's loss went non-finite
+    at its first update, with nothing to say why.
+
+    Raises:
+        ConfigError: naming ``owner``, the space, its dimensions of no
+            width and the fix.
+    """
+    flat = np.flatnonzero(~(np.asarray(space.high) > np.asarray(space.low)))
+    if flat.size:
+        text = " ".join(str(space).split())
+        raise ConfigError(
+            f"{owner} needs low < high in every dimension of its Box; "
+            f"{whose} {text}, whose dimension(s) "
+            f"{', '.join(map(str, flat.tolist()))} have no width: a "
+            "constant action is the environment's to set (an "
+            "ActionWrapper)")
+
+
 _ARRAY_SPACES = (gym.spaces.Box, gym.spaces.MultiBinary,
                  gym.spaces.MultiDiscrete)
 

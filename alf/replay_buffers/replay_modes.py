@@ -59,7 +59,8 @@ def as_replay(replay: Union[Replay, str, None],
     if priority_alpha is not None or priority_beta is not None:
         raise ConfigError(
             "priority_alpha and priority_beta only go with a replay mode "
-            "string (deprecated); set the strategy's own, e.g. "
+            "string (deprecated); choose the strategy and set its own "
+            "options: replay = @PrioritizedReplay() with "
             "PrioritizedReplay.alpha and PrioritizedReplay.beta")
     if replay is None:
         return UniformReplay()

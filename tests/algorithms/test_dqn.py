@@ -108,6 +108,27 @@ def test_a_copy_loaded_to_act_samples_as_the_run_did_then():
     assert not early.ready() and early._num_stored == 4
 
 
+def test_prioritized_options_bound_beside_another_replay_are_named():
+    """PrioritizedReplay.alpha, where the deprecated priority_alpha's
+    refusal sends a user, trained uniformly without a word when replay was
+    left at its default."""
+    import gin
+
+    from alf.replay_buffers import PrioritizedReplay
+    with gin.unlock_config():
+        gin.bind_parameter("PrioritizedReplay.alpha", 0.5)
+    try:
+        said = _dqn().idle_settings(_config())
+        assert said == [
+            "PrioritizedReplay.alpha=0.5 does nothing: DQNAlgorithm replays "
+            "with UniformReplay; bind DQNAlgorithm.replay = "
+            "@PrioritizedReplay() for it"]
+        assert _dqn(replay=PrioritizedReplay()).idle_settings(
+            _config()) == []
+    finally:
+        gin.clear_config()
+
+
 def test_continuous_actions_are_refused():
     with pytest.raises(ConfigError, match="needs a Discrete action space"):
         DQNAlgorithm(OBS, gym.spaces.Box(-1, 1, (1, )), _config())

@@ -139,3 +139,22 @@ def test_observe_gives_float32_for_float64_and_for_a_nest():
                        "b": torch.zeros(2, dtype=torch.int64)})
     assert {k: v.dtype for k, v in got.items()} == {
         "a": torch.float32, "b": torch.float32}
+
+
+def test_a_box_dimension_of_no_width_is_refused_where_squashed():
+    """SAC's loss went non-finite at its first update ("non-finite
+    SACAlgorithm loss at iteration 128"), with nothing to say why."""
+    from alf.algorithms import SACAlgorithm
+    from alf.networks.actor import ActorDistributionNetwork
+    fixed = gym.spaces.Box(np.array([0.0, 2.0], np.float32),
+                           np.array([1.0, 2.0], np.float32))
+    with pytest.raises(ConfigError) as info:
+        SACAlgorithm._check_action_space(fixed, _config())
+    assert one_line(info.value).startswith(
+        "SACAlgorithm needs low < high in every dimension of its Box; "
+        "Toy-v0 has Box(")
+    assert "whose dimension(s) 1 have no width" in one_line(info.value)
+    for kw in ({"squash": True}, {"beta": True}):
+        with pytest.raises(ConfigError, match="needs low < high"):
+            ActorDistributionNetwork(OBS, fixed, **kw)
+    ActorDistributionNetwork(OBS, fixed)  # clipped: a constant dimension

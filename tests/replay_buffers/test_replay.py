@@ -154,7 +154,8 @@ def test_priority_options_go_with_the_string_and_nowhere_else():
     mine = PrioritizedReplay()
     assert as_replay(mine) is mine
     assert type(as_replay(None)) is UniformReplay
-    with pytest.raises(ConfigError, match="set the strategy's own"):
+    with pytest.raises(ConfigError, match=r"choose the strategy and set its "
+                       r"own options: replay = @PrioritizedReplay\(\)"):
         as_replay(mine, priority_alpha=0.5)
 
 

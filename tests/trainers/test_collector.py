@@ -326,8 +326,11 @@ def test_the_actors_report_their_cpu_per_step_and_their_spread():
     expect = 1000 * BUSY_STEP_CPU
     assert expect <= report.env_ms < 1.3 * expect, report
     assert report.actor_ms > report.env_ms, report
-    assert report.actor_spread > 1.8, report
-    assert float(stats["collect/actor_busy_spread"]) > 1.8, stats
+    # About 6 on an idle machine; at least 1.78 with the 2 cores three
+    # times oversubscribed (which stretches the fast actors' CPU-bound
+    # steps, not the slow one's sleep).
+    assert report.actor_spread > 1.5, report
+    assert float(stats["collect/actor_busy_spread"]) > 1.5, stats
 
 
 NICE_ID = "AlfNiceProbe-v0"
