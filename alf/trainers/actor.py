@@ -351,10 +351,11 @@ class _Actor:
             if timed:
                 since_cpu = cpu()
             since = clock()
-            ts = check_time_step(env, env.step(step.output))
+            ts = env.step(step.output)
             stepping += clock() - since
             if timed:
                 stepping_cpu += cpu() - since_cpu
+            check_time_step(env, ts)  # not the environment's time
             if versions[0] != version:
                 versions = (version, torch.full(
                     (env.num_envs, ), version, dtype=torch.int64))
