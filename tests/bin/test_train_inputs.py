@@ -251,18 +251,6 @@ def test_an_environment_that_cannot_be_built_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_gsde_with_inference_workers_is_refused_before_writing(tmp_path):
-    # A worker's batch rows change owner from step to step: gSDE's noise,
-    # held per row, would hop between environments.
-    _refused(tmp_path, "ppo_pendulum.gin", {
-        "TrainerConfig.unroll_mode": '"async"',
-        "TrainerConfig.inference_workers": "1",
-        "ActorDistributionNetwork.gsde_interval": "4"},
-        "TrainerConfig.inference_workers=1 acts for several actors'",
-        "gsde_interval=4) holds its noise per environment")
-
-
-@pytest.mark.timeout(120)
 def test_a_stop_as_a_finished_run_exits_changes_nothing(tmp_path):
     """Before, a SIGTERM landing once main had restored the default
     handlers killed the finished run (exit -15), and one landing between

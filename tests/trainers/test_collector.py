@@ -628,3 +628,25 @@ def test_a_stopped_actor_is_named_while_the_learner_waits(monkeypatch):
     assert warned and all("actor 1 (environment 1 of this process)" in w
                           for w in warned), warned
     assert "is stopped (SIGSTOP" in warned[0], warned
+
+
+def test_gsde_with_inference_workers_is_refused():
+    """A worker's batch rows change owner from step to step: gSDE's noise,
+    held per row, would hop between environments. (The trainer asks
+    `check_algorithm` before anything is written.)"""
+    from alf.utils.errors import ConfigError
+    cfg = TrainerConfig(algorithm_ctor=PPOAlgorithm, num_envs=2,
+                        unroll_length=4, minibatch_size=8).per_rank(1)
+    box = gym.spaces.Box(-1, 1, (1, ))
+    alg = PPOAlgorithm(
+        gym.spaces.Box(-1, 1, (3, )), box, cfg,
+        actor_network_ctor=functools.partial(ActorDistributionNetwork,
+                                             gsde_interval=4))
+    collector = AsyncCollector.__new__(AsyncCollector)  # no processes
+    collector._n_workers, collector._seg = 1, None
+    with pytest.raises(ConfigError, match=r"^TrainerConfig.inference_"
+                       r"workers=1 acts for several actors' .*"
+                       r"gsde_interval=4\) holds its noise per environment"):
+        collector.check_algorithm(alg)
+    collector._n_workers = 0
+    collector.check_algorithm(alg)
